@@ -1,0 +1,82 @@
+//! The command line: one module per command, each a thin shell over the library.
+//!
+//! Commands talk to the store named by `--database-url` / `DATABASE_URL`, or to the
+//! embedded SQLite file (`.awl/awl.db`) when none is given. Errors are printed with
+//! their whole cause chain and exit with status 1; usage errors exit with 2 (clap).
+
+mod events;
+mod time_arg;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use crate::store::{EventStore, StoreLocation, StoreOptions};
+
+/// awl: event-sourced orchestration for AI-agent workflows.
+#[derive(Debug, Parser)]
+#[command(name = "awl", version, about, long_about = None)]
+pub struct Cli {
+    /// Where the event log lives: postgres://... or sqlite://FILE. Without it, awl
+    /// uses the embedded store in .awl/awl.db under the current directory.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    database_url: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Apply the store's schema migrations (also done at every start-up).
+    Migrate,
+    /// Print the event log: the audit trail of everything awl has done.
+    Events(events::EventsArgs),
+}
+
+/// Parse arguments, run the command, and turn the outcome into an exit code.
+pub async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("awl: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let location = StoreLocation::from_url_or_default(cli.database_url.as_deref())?;
+    match cli.command {
+        Command::Migrate => {
+            let store = open(&location, false).await?;
+            store.migrate().await?;
+            println!("migrated {location}");
+            Ok(())
+        }
+        Command::Events(args) => events::run(&open(&location, true).await?, args).await,
+    }
+}
+
+async fn open(location: &StoreLocation, migrate: bool) -> anyhow::Result<EventStore> {
+    let options = StoreOptions {
+        migrate,
+        max_connections: 4,
+        ..StoreOptions::default()
+    };
+    Ok(EventStore::open(location, options).await?)
+}
+
+fn init_tracing() {
+    let filter = EnvFilter::try_from_env("AWL_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

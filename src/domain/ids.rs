@@ -1,0 +1,234 @@
+//! Identifiers, as newtypes so a task id can never be passed where a run id is meant.
+//!
+//! Run and task ids are UUID v7 (time-ordered, so streams created later sort later).
+//! Agent and workflow ids are names chosen by people, checked at the boundary.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Why a string is not a valid name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("{kind} must not be empty")]
+    Empty { kind: &'static str },
+    #[error("{kind} {value:?} is longer than {max} characters")]
+    TooLong {
+        kind: &'static str,
+        value: String,
+        max: usize,
+    },
+    #[error(
+        "{kind} {value:?} may contain only letters, digits, '-', '_', '.', ':' and '/' (found {found:?})"
+    )]
+    BadCharacter {
+        kind: &'static str,
+        value: String,
+        found: char,
+    },
+    #[error("{kind} {value:?} is not a UUID: {reason}")]
+    NotUuid {
+        kind: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+macro_rules! uuid_id {
+    ($(#[$doc:meta])* $name:ident, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(Uuid);
+
+        impl $name {
+            /// A new, time-ordered id.
+            pub fn new() -> Self {
+                Self(Uuid::now_v7())
+            }
+            pub fn from_uuid(uuid: Uuid) -> Self {
+                Self(uuid)
+            }
+            pub fn as_uuid(&self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Uuid::parse_str(s).map(Self).map_err(|e| IdError::NotUuid {
+                    kind: $kind,
+                    value: s.to_string(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+    };
+}
+
+macro_rules! name_id {
+    ($(#[$doc:meta])* $name:ident, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(value: String) -> Result<Self, Self::Error> {
+                check_name($kind, &value)?;
+                Ok(Self(value))
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = IdError;
+            fn try_from(value: &str) -> Result<Self, Self::Error> {
+                Self::try_from(value.to_string())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::try_from(s)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+    };
+}
+
+/// Longest name accepted for a human-chosen id.
+pub const MAX_NAME_LEN: usize = 128;
+
+fn check_name(kind: &'static str, value: &str) -> Result<(), IdError> {
+    if value.is_empty() {
+        return Err(IdError::Empty { kind });
+    }
+    if value.chars().count() > MAX_NAME_LEN {
+        return Err(IdError::TooLong {
+            kind,
+            value: value.to_string(),
+            max: MAX_NAME_LEN,
+        });
+    }
+    if let Some(found) = value
+        .chars()
+        .find(|c| !(c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/')))
+    {
+        return Err(IdError::BadCharacter {
+            kind,
+            value: value.to_string(),
+            found,
+        });
+    }
+    Ok(())
+}
+
+uuid_id!(
+    /// One workflow run (the id of a `run` stream).
+    RunId,
+    "run id"
+);
+uuid_id!(
+    /// One task on the board (the id of a `task` stream).
+    TaskId,
+    "task id"
+);
+uuid_id!(
+    /// One human approval gate inside a run.
+    GateId,
+    "gate id"
+);
+uuid_id!(
+    /// One question asked by an agent on a task.
+    QuestionId,
+    "question id"
+);
+name_id!(
+    /// An agent's name (the id of an `agent` stream).
+    AgentId,
+    "agent id"
+);
+name_id!(
+    /// A workflow's name (the id of a `workflow` stream); its versions live inside it.
+    WorkflowName,
+    "workflow name"
+);
+name_id!(
+    /// A step's id inside a workflow definition.
+    StepId,
+    "step id"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_at_the_boundary() {
+        assert!(AgentId::try_from("claude-1").is_ok());
+        assert!(AgentId::try_from("org/agent.v2:main").is_ok());
+        assert_eq!(
+            AgentId::try_from(""),
+            Err(IdError::Empty { kind: "agent id" })
+        );
+        assert!(matches!(
+            StepId::try_from("a b"),
+            Err(IdError::BadCharacter { found: ' ', .. })
+        ));
+        assert!(matches!(
+            WorkflowName::try_from("x".repeat(MAX_NAME_LEN + 1)),
+            Err(IdError::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn names_refuse_bad_values_when_deserialized() {
+        let err = serde_json::from_str::<AgentId>("\"rm -rf\"").unwrap_err();
+        assert!(err.to_string().contains("may contain only"), "{err}");
+    }
+
+    #[test]
+    fn uuid_ids_round_trip_and_name_what_failed() {
+        let id = RunId::new();
+        assert_eq!(id.to_string().parse::<RunId>(), Ok(id));
+        let err = "nope".parse::<TaskId>().unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("task id \"nope\" is not a UUID")
+        );
+    }
+}

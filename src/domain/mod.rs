@@ -1,0 +1,61 @@
+//! The domain: the four event streams of awl and the rules that govern them.
+//!
+//! Every aggregate here is pure. A command is checked against the state folded from
+//! the stream's events by `decide`, which returns new events or a typed error; `apply`
+//! folds an event into the state and never fails. Nothing in this module does I/O or
+//! reads a clock: commands carry the time (`at`) they were issued.
+//!
+//! cqrs-es drives the aggregates through [`cqrs_es::Aggregate`]; its `handle` is a
+//! thin adapter over `decide` (see [`handle_with`]). The events are a permanent wire
+//! format: each variant has an explicit, dotted type name (`task.queued`) that equals
+//! its serde tag, and a schema version. Old versions load through the upcasters in
+//! [`upcasters`].
+//!
+//! | stream     | aggregate                          | what one stream holds                     |
+//! |------------|------------------------------------|-------------------------------------------|
+//! | `workflow` | [`workflow::WorkflowDefinition`]   | one workflow name: its versions, proposals |
+//! | `run`      | [`run::Run`]                       | one run: steps, attempts, gates, budget   |
+//! | `task`     | [`task::Task`]                     | one unit of agent work on the board       |
+//! | `agent`    | [`agent::Agent`]                   | one agent: capabilities, workspace        |
+
+pub mod agent;
+pub mod ids;
+pub mod run;
+pub mod task;
+pub mod upcasters;
+pub mod workflow;
+pub mod workspace;
+
+use cqrs_es::Aggregate;
+use cqrs_es::event_sink::EventSink;
+
+/// Pure decision logic shared by every aggregate: no I/O, no clock.
+pub trait Decide: Aggregate {
+    /// Check `command` against the current state and return the events it causes.
+    fn decide(&self, command: Self::Command) -> Result<Vec<Self::Event>, Self::Error>;
+}
+
+/// The body of every `Aggregate::handle`: decide, then apply and record each event.
+pub async fn handle_with<A: Decide>(
+    aggregate: &mut A,
+    command: A::Command,
+    sink: &EventSink<A>,
+) -> Result<(), A::Error> {
+    for event in aggregate.decide(command)? {
+        sink.write(event, aggregate).await;
+    }
+    Ok(())
+}
+
+/// Fold `given` events into a fresh aggregate and decide `when`: the shape of every
+/// given / when / then test in this module.
+pub fn given_when<A: Decide>(
+    given: impl IntoIterator<Item = A::Event>,
+    when: A::Command,
+) -> Result<Vec<A::Event>, A::Error> {
+    let mut aggregate = A::default();
+    for event in given {
+        aggregate.apply(event);
+    }
+    aggregate.decide(when)
+}

@@ -1,0 +1,20 @@
+//! awl: an event-sourced orchestration service for AI-agent workflows.
+//!
+//! The crate is organised around one append-only log:
+//!
+//! - [`log`]: the log's vocabulary (stream types, new and recorded events, metadata,
+//!   upcasters). No I/O.
+//! - [`domain`]: the four aggregates (workflow, run, task, agent) as pure
+//!   `decide` / `apply` functions driven by cqrs-es. No I/O, no clock.
+//! - [`store`]: the event store over Postgres or embedded SQLite: appends with
+//!   optimistic concurrency and group commit, reads, gap-free tails, transactions.
+//!
+//! See `ARCHITECTURE.md` at the root of the repository for the code map and the
+//! invariants that hold across modules.
+
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod domain;
+pub mod log;
+pub mod store;

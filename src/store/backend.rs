@@ -1,0 +1,71 @@
+//! The two backends behind one set of calls.
+
+use crate::log::{AppendRequest, Appended, EventFilter, StreamRef};
+
+use super::StoreError;
+use super::decode::RawEvent;
+use super::postgres::PgBackend;
+use super::sqlite::SqliteBackend;
+
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Postgres(PgBackend),
+    Sqlite(SqliteBackend),
+}
+
+impl Backend {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Backend::Postgres(_) => "postgres",
+            Backend::Sqlite(_) => "sqlite",
+        }
+    }
+
+    pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Postgres(b) => b.migrate().await,
+            Backend::Sqlite(b) => b.migrate().await,
+        }
+    }
+
+    pub(crate) async fn append_batch(
+        &self,
+        requests: &[&AppendRequest],
+    ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+        match self {
+            Backend::Postgres(b) => b.append_batch(requests).await,
+            Backend::Sqlite(b) => b.append_batch(requests).await,
+        }
+    }
+
+    pub(crate) async fn head(&self) -> Result<i64, StoreError> {
+        match self {
+            Backend::Postgres(b) => b.head().await,
+            Backend::Sqlite(b) => b.head().await,
+        }
+    }
+
+    pub(crate) async fn read_stream(
+        &self,
+        stream: &StreamRef,
+        after_version: i64,
+        limit: i64,
+    ) -> Result<Vec<RawEvent>, StoreError> {
+        match self {
+            Backend::Postgres(b) => b.read_stream(stream, after_version, limit).await,
+            Backend::Sqlite(b) => b.read_stream(stream, after_version, limit).await,
+        }
+    }
+
+    pub(crate) async fn read_all(
+        &self,
+        after: i64,
+        limit: i64,
+        filter: &EventFilter,
+    ) -> Result<(Vec<RawEvent>, i64), StoreError> {
+        match self {
+            Backend::Postgres(b) => b.read_all(after, limit, filter).await,
+            Backend::Sqlite(b) => b.read_all(after, limit, filter).await,
+        }
+    }
+}

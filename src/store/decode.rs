@@ -1,0 +1,167 @@
+//! Turning a stored row back into a [`RecordedEvent`], through the upcasters.
+//!
+//! Both backends produce a [`RawEvent`]; everything that can be wrong with a stored
+//! row (an unknown stream type, JSON that does not parse, metadata of the wrong shape,
+//! an upcaster that refuses) becomes [`StoreError::Corrupt`] naming the event.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::log::{Metadata, RecordedEvent, StreamRef, StreamType, Upcasters, describe_event};
+
+use super::StoreError;
+
+/// A row as read from either backend, before checks.
+pub(crate) struct RawEvent {
+    pub position: i64,
+    pub stream_type: String,
+    pub stream_id: String,
+    pub version: i64,
+    pub event_type: String,
+    pub event_version: i32,
+    pub payload: RawJson,
+    pub metadata: RawJson,
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// JSON as the backend hands it over: parsed already (Postgres JSONB) or as text
+/// (SQLite).
+pub(crate) enum RawJson {
+    Parsed(Value),
+    Text(String),
+}
+
+impl RawJson {
+    fn into_value(self) -> Result<Value, String> {
+        match self {
+            RawJson::Parsed(v) => Ok(v),
+            RawJson::Text(t) => serde_json::from_str(&t).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+impl RawEvent {
+    pub(crate) fn decode(self, upcasters: &Upcasters) -> Result<RecordedEvent, StoreError> {
+        let corrupt = |stream: &StreamRef, reason: String| StoreError::Corrupt {
+            event: describe_event(stream, self.version, &self.event_type, self.position),
+            reason,
+        };
+        let kind = self.stream_type.parse::<StreamType>();
+        let stream = StreamRef {
+            // A placeholder kind only for the message when the type itself is bad.
+            kind: *kind.as_ref().unwrap_or(&StreamType::Workflow),
+            id: self.stream_id.clone(),
+        };
+        let kind = kind.map_err(|e| StoreError::Corrupt {
+            event: format!(
+                "{}/{}#{} {} (position {})",
+                self.stream_type, self.stream_id, self.version, self.event_type, self.position
+            ),
+            reason: e.to_string(),
+        })?;
+        let stream = StreamRef { kind, ..stream };
+        let payload = match self.payload {
+            RawJson::Parsed(v) => v,
+            RawJson::Text(t) => serde_json::from_str(&t)
+                .map_err(|e| corrupt(&stream, format!("payload is not valid JSON: {e}")))?,
+        };
+        let metadata = self
+            .metadata
+            .into_value()
+            .map_err(|e| corrupt(&stream, format!("metadata is not valid JSON: {e}")))?;
+        let metadata: Metadata = serde_json::from_value(metadata)
+            .map_err(|e| corrupt(&stream, format!("metadata has the wrong shape: {e}")))?;
+        let (event_version, payload) = upcasters
+            .upcast(&self.event_type, self.event_version, payload)
+            .map_err(|e| corrupt(&stream, e.to_string()))?;
+        Ok(RecordedEvent {
+            position: self.position,
+            stream,
+            version: self.version,
+            event_type: self.event_type,
+            event_version,
+            payload,
+            metadata,
+            recorded_at: self.recorded_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::Upcaster;
+    use serde_json::json;
+
+    fn raw(payload: RawJson, metadata: RawJson) -> RawEvent {
+        RawEvent {
+            position: 7,
+            stream_type: "task".into(),
+            stream_id: "t1".into(),
+            version: 3,
+            event_type: "task.queued".into(),
+            event_version: 1,
+            payload,
+            metadata,
+            recorded_at: DateTime::<Utc>::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn decodes_text_and_parsed_json() {
+        let e = raw(
+            RawJson::Text("{\"a\":1}".into()),
+            RawJson::Parsed(json!({"actor": "ada"})),
+        )
+        .decode(&Upcasters::default())
+        .unwrap();
+        assert_eq!(e.payload, json!({"a": 1}));
+        assert_eq!(e.metadata.actor.as_deref(), Some("ada"));
+        assert_eq!(e.stream, StreamRef::new(StreamType::Task, "t1"));
+    }
+
+    #[test]
+    fn corrupt_rows_name_the_event() {
+        let err = raw(
+            RawJson::Text("{not json".into()),
+            RawJson::Text("{}".into()),
+        )
+        .decode(&Upcasters::default())
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with(
+                "corrupt event task/t1#3 task.queued (position 7): payload is not valid JSON"
+            ),
+            "{text}"
+        );
+        let err = raw(RawJson::Text("{}".into()), RawJson::Parsed(json!([1])))
+            .decode(&Upcasters::default())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("metadata has the wrong shape"),
+            "{err}"
+        );
+        let mut bad_type = raw(RawJson::Text("{}".into()), RawJson::Text("{}".into()));
+        bad_type.stream_type = "job".into();
+        let err = bad_type.decode(&Upcasters::default()).unwrap_err();
+        assert!(err.to_string().contains("job/t1#3"), "{err}");
+    }
+
+    #[test]
+    fn upcasts_on_the_way_out() {
+        fn add_flag(mut v: Value) -> Result<Value, String> {
+            v["flag"] = json!(true);
+            Ok(v)
+        }
+        let ups = Upcasters::new(vec![Upcaster {
+            event_type: "task.queued",
+            from_version: 1,
+            upcast: add_flag,
+        }]);
+        let e = raw(RawJson::Parsed(json!({})), RawJson::Parsed(json!({})))
+            .decode(&ups)
+            .unwrap();
+        assert_eq!((e.event_version, e.payload), (2, json!({"flag": true})));
+    }
+}

@@ -1,0 +1,68 @@
+//! What can go wrong in the store, as one typed error.
+
+use std::sync::Arc;
+
+use crate::log::{ExpectedVersion, StreamRef};
+
+/// An error from the event store.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Optimistic concurrency: the stream was not at the expected version. Nothing
+    /// from the append was written.
+    #[error(
+        "conflict on stream {stream}: expected {expected}, but the stream is at version {actual}"
+    )]
+    Conflict {
+        stream: StreamRef,
+        expected: ExpectedVersion,
+        actual: i64,
+    },
+
+    /// A stored event cannot be read back as a valid event.
+    #[error("corrupt event {event}: {reason}")]
+    Corrupt { event: String, reason: String },
+
+    /// A request the store refuses before touching the database.
+    #[error("invalid append to {stream}: {reason}")]
+    InvalidAppend { stream: StreamRef, reason: String },
+
+    /// The database failed (connection, query, transaction).
+    #[error("database error while {context}: {source}")]
+    Database {
+        context: String,
+        #[source]
+        source: Arc<sqlx::Error>,
+    },
+
+    /// Schema migrations failed.
+    #[error("migrating the {backend} store failed: {source}")]
+    Migrate {
+        backend: &'static str,
+        #[source]
+        source: Arc<sqlx::migrate::MigrateError>,
+    },
+
+    /// The database URL or file cannot be used.
+    #[error("cannot open the store at {location}: {reason}")]
+    Config { location: String, reason: String },
+
+    /// The store's background appender has stopped (the store is shutting down).
+    #[error("the event store is shut down")]
+    Closed,
+}
+
+impl StoreError {
+    /// Wrap a sqlx error with what we were doing when it happened.
+    pub(crate) fn db(context: impl Into<String>) -> impl FnOnce(sqlx::Error) -> StoreError {
+        let context = context.into();
+        move |source| StoreError::Database {
+            context,
+            source: Arc::new(source),
+        }
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Conflict { .. })
+    }
+}

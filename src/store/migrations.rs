@@ -1,0 +1,45 @@
+//! Schema migrations, one folder per backend under `migrations/`, embedded in the
+//! binary so `awl migrate` works from anywhere. Applied at start-up and by
+//! `awl migrate`; sqlx records what ran (with checksums) and takes a lock on Postgres,
+//! so several processes starting at once apply each migration exactly once.
+
+use std::borrow::Cow;
+
+use sqlx::SqlSafeStr;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+
+const POSTGRES: &[(i64, &str, &str)] = &[(
+    1,
+    "event log",
+    include_str!("../../migrations/postgres/0001_event_log.sql"),
+)];
+
+const SQLITE: &[(i64, &str, &str)] = &[(
+    1,
+    "event log",
+    include_str!("../../migrations/sqlite/0001_event_log.sql"),
+)];
+
+fn migrator(list: &[(i64, &'static str, &'static str)]) -> Migrator {
+    Migrator::with_migrations(
+        list.iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    Cow::Borrowed(*description),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    )
+}
+
+pub(crate) fn postgres() -> Migrator {
+    migrator(POSTGRES)
+}
+
+pub(crate) fn sqlite() -> Migrator {
+    migrator(SQLITE)
+}

@@ -1,0 +1,242 @@
+//! The event store: one contract, two backends (Postgres and embedded SQLite).
+//!
+//! [`EventStore`] is the only way into the log. It appends with optimistic
+//! concurrency (group-committed, see [`appender`]), reads a stream, reads the whole
+//! log in pages, tails it live, and opens transactions that combine events with other
+//! rows ([`StoreTx`]). Stored rows come back through the upcasters as
+//! [`RecordedEvent`]s; a row that cannot be read is a [`StoreError::Corrupt`] naming
+//! it. Only this module contains SQL for the log.
+
+pub mod appender;
+mod backend;
+mod decode;
+mod error;
+mod location;
+mod migrations;
+mod plan;
+mod postgres;
+pub mod repository;
+mod sqlite;
+mod tail;
+mod tx;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::sync::{OnceCell, mpsc, oneshot, watch};
+use tokio::task::AbortHandle;
+
+use crate::log::{AppendRequest, Appended, EventFilter, RecordedEvent, StreamRef, Upcasters};
+
+use backend::Backend;
+pub use error::StoreError;
+pub use location::{DEFAULT_SQLITE_PATH, StoreLocation, redact};
+pub use tail::TAIL_PAGE;
+pub use tx::{StoreTx, TxConnection};
+
+/// How a store is opened.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Apply migrations when opening (the default; `awl migrate` does it explicitly).
+    pub migrate: bool,
+    /// Connections in the pool (Postgres) or read connections (SQLite).
+    pub max_connections: u32,
+    /// How often a caught-up tail re-reads without a wake-up signal.
+    pub tail_poll: Option<Duration>,
+    /// Upcasters applied to every event read.
+    pub upcasters: Upcasters,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            migrate: true,
+            max_connections: 16,
+            tail_poll: None,
+            upcasters: crate::domain::upcasters::all(),
+        }
+    }
+}
+
+/// The event log. Cheap to clone; all clones share one pool and one appender.
+#[derive(Clone)]
+pub struct EventStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Backend,
+    upcasters: Upcasters,
+    jobs: mpsc::Sender<appender::Job>,
+    wake: watch::Sender<u64>,
+    tail_poll: Duration,
+    listener: OnceCell<AbortHandle>,
+    appender: AbortHandle,
+    location: StoreLocation,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.appender.abort();
+        if let Some(listener) = self.listener.get() {
+            listener.abort();
+        }
+    }
+}
+
+impl EventStore {
+    /// Open the store at `location`, applying migrations unless told not to.
+    pub async fn open(location: &StoreLocation, options: StoreOptions) -> Result<Self, StoreError> {
+        let backend = match location {
+            StoreLocation::Postgres(url) => {
+                Backend::Postgres(postgres::PgBackend::connect(url, options.max_connections).await?)
+            }
+            StoreLocation::Sqlite(path) => {
+                Backend::Sqlite(sqlite::SqliteBackend::open(path, options.max_connections).await?)
+            }
+        };
+        if options.migrate {
+            backend.migrate().await?;
+        }
+        let tail_poll = options.tail_poll.unwrap_or(match backend {
+            Backend::Postgres(_) => Duration::from_secs(1),
+            Backend::Sqlite(_) => Duration::from_millis(250),
+        });
+        let (jobs_tx, jobs_rx) = mpsc::channel(4_096);
+        let (wake, _) = watch::channel(0u64);
+        let appender = tokio::spawn(appender::run(backend.clone(), jobs_rx, wake.clone()));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                backend,
+                upcasters: options.upcasters,
+                jobs: jobs_tx,
+                wake,
+                tail_poll,
+                listener: OnceCell::new(),
+                appender: appender.abort_handle(),
+                location: location.clone(),
+            }),
+        })
+    }
+
+    /// Open with default options.
+    pub async fn open_default(location: &StoreLocation) -> Result<Self, StoreError> {
+        Self::open(location, StoreOptions::default()).await
+    }
+
+    pub fn location(&self) -> &StoreLocation {
+        &self.inner.location
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        self.inner.backend.name()
+    }
+
+    /// Apply pending migrations (idempotent).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.inner.backend.migrate().await
+    }
+
+    /// Append events to one stream if it is at the expected version. Concurrent calls
+    /// are committed together; each gets its own result.
+    pub async fn append(&self, request: AppendRequest) -> Result<Appended, StoreError> {
+        plan::validate(&request)?;
+        let (reply, answer) = oneshot::channel();
+        self.inner
+            .jobs
+            .send(appender::Job { request, reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Begin a transaction that can write other rows and append events atomically.
+    pub async fn begin(&self) -> Result<StoreTx, StoreError> {
+        let wake = self.inner.wake.clone();
+        match &self.inner.backend {
+            Backend::Postgres(b) => Ok(StoreTx::postgres(
+                b.pool()
+                    .begin()
+                    .await
+                    .map_err(StoreError::db("beginning a transaction"))?,
+                wake,
+            )),
+            Backend::Sqlite(b) => Ok(StoreTx::sqlite(
+                b.writer()
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(StoreError::db("beginning a transaction"))?,
+                wake,
+            )),
+        }
+    }
+
+    /// Every event of a stream, oldest first.
+    pub async fn read_stream(&self, stream: &StreamRef) -> Result<Vec<RecordedEvent>, StoreError> {
+        self.read_stream_after(stream, 0).await
+    }
+
+    /// The events of a stream with a version above `after_version`.
+    pub async fn read_stream_after(
+        &self,
+        stream: &StreamRef,
+        after_version: i64,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        let raw = self
+            .inner
+            .backend
+            .read_stream(stream, after_version, i64::MAX)
+            .await?;
+        raw.into_iter()
+            .map(|r| r.decode(&self.inner.upcasters))
+            .collect()
+    }
+
+    /// One page of the whole log after `after` (a global position), matching
+    /// `filter`. Returns the events and the position to continue after: past the last
+    /// event, or past everything committed that was scanned.
+    pub async fn read_page(
+        &self,
+        after: i64,
+        limit: i64,
+        filter: &EventFilter,
+    ) -> Result<(Vec<RecordedEvent>, i64), StoreError> {
+        let (raw, scanned) = self.inner.backend.read_all(after, limit, filter).await?;
+        let events = raw
+            .into_iter()
+            .map(|r| r.decode(&self.inner.upcasters))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((events, scanned))
+    }
+
+    /// The position of the last committed event (0 for an empty log).
+    pub async fn head(&self) -> Result<i64, StoreError> {
+        self.inner.backend.head().await
+    }
+
+    /// Follow the log from after `after`, forever: catch up page by page, then yield
+    /// each new event as it commits. Ends after yielding an error.
+    pub fn tail(
+        &self,
+        after: i64,
+        filter: EventFilter,
+    ) -> impl Stream<Item = Result<RecordedEvent, StoreError>> + Send + 'static {
+        tail::tail(self.clone(), after, filter, self.inner.tail_poll)
+    }
+
+    /// A receiver that changes whenever new events may have committed.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        if let Backend::Postgres(pg) = &self.inner.backend
+            && self.inner.listener.get().is_none()
+        {
+            let task = tokio::spawn(pg.clone().listen(self.inner.wake.clone()));
+            if let Err(e) = self.inner.listener.set(task.abort_handle()) {
+                // Another tail started the listener first; keep that one.
+                drop(e);
+                task.abort();
+            }
+        }
+        self.inner.wake.subscribe()
+    }
+}

@@ -1,0 +1,78 @@
+//! Following the log: every event after a position, in order, live.
+//!
+//! A tail reads pages of committed events and, when it has caught up, waits for a
+//! wake-up: a Postgres `NOTIFY`, or the in-process signal the SQLite store sends after
+//! each commit. A slow poll backs the signal up (a missed notification, a writer in
+//! another process on SQLite), so a tail never stalls for longer than that.
+//!
+//! Gap-free by construction: appends are serialised and positions are assigned under
+//! the write lock, so every position up to the committed head is visible once the
+//! head is; the tail never reads past the head it saw.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::sync::watch;
+
+use crate::log::{EventFilter, RecordedEvent};
+
+use super::{EventStore, StoreError};
+
+/// Events read per page while catching up.
+pub const TAIL_PAGE: i64 = 1_000;
+
+struct TailState {
+    store: EventStore,
+    filter: EventFilter,
+    after: i64,
+    buffer: VecDeque<RecordedEvent>,
+    wake: watch::Receiver<u64>,
+    poll: Duration,
+    failed: bool,
+}
+
+pub(crate) fn tail(
+    store: EventStore,
+    after: i64,
+    filter: EventFilter,
+    poll: Duration,
+) -> impl Stream<Item = Result<RecordedEvent, StoreError>> + Send + 'static {
+    let wake = store.subscribe();
+    let state = TailState {
+        store,
+        filter,
+        after,
+        buffer: VecDeque::new(),
+        wake,
+        poll,
+        failed: false,
+    };
+    futures_util::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(event) = s.buffer.pop_front() {
+                return Some((Ok(event), s));
+            }
+            if s.failed {
+                return None;
+            }
+            // Mark the current signal seen *before* reading, so a commit that lands
+            // after the read wakes the wait below.
+            s.wake.borrow_and_update();
+            match s.store.read_page(s.after, TAIL_PAGE, &s.filter).await {
+                Ok((events, scanned)) => {
+                    s.after = scanned;
+                    if events.is_empty() {
+                        // Either signal or time: whichever comes first.
+                        let _ = tokio::time::timeout(s.poll, s.wake.changed()).await;
+                    }
+                    s.buffer.extend(events);
+                }
+                Err(e) => {
+                    s.failed = true;
+                    return Some((Err(e), s));
+                }
+            }
+        }
+    })
+}

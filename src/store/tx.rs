@@ -1,0 +1,97 @@
+//! Transactions owned by the caller: events plus other rows, committed together.
+//!
+//! The executor will write wake-up rows in the same transaction as the events that
+//! cause them. A [`StoreTx`] gives access to the raw connection for those rows and
+//! appends events with [`StoreTx::append`], which takes the log's write lock: append
+//! last, just before commit, because the lock holds every other writer until then.
+//! Appends here are all-or-nothing: one conflict refuses the whole call.
+
+use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+use tokio::sync::watch;
+
+use crate::log::{AppendRequest, Appended};
+
+use super::StoreError;
+use super::plan::Atomicity;
+
+/// An open transaction on the store.
+pub struct StoreTx {
+    inner: Inner,
+    wake: watch::Sender<u64>,
+    wrote: bool,
+}
+
+enum Inner {
+    Postgres(Transaction<'static, Postgres>),
+    Sqlite(Transaction<'static, Sqlite>),
+}
+
+/// The transaction's connection, for writing rows other than events.
+pub enum TxConnection<'t> {
+    Postgres(&'t mut PgConnection),
+    Sqlite(&'t mut SqliteConnection),
+}
+
+impl StoreTx {
+    pub(crate) fn postgres(tx: Transaction<'static, Postgres>, wake: watch::Sender<u64>) -> Self {
+        Self {
+            inner: Inner::Postgres(tx),
+            wake,
+            wrote: false,
+        }
+    }
+
+    pub(crate) fn sqlite(tx: Transaction<'static, Sqlite>, wake: watch::Sender<u64>) -> Self {
+        Self {
+            inner: Inner::Sqlite(tx),
+            wake,
+            wrote: false,
+        }
+    }
+
+    /// The connection, to write other tables in this transaction.
+    pub fn connection(&mut self) -> TxConnection<'_> {
+        match &mut self.inner {
+            Inner::Postgres(tx) => TxConnection::Postgres(tx),
+            Inner::Sqlite(tx) => TxConnection::Sqlite(tx),
+        }
+    }
+
+    /// Append to one or more streams; all of them or, on any conflict, none.
+    pub async fn append(
+        &mut self,
+        requests: &[AppendRequest],
+    ) -> Result<Vec<Appended>, StoreError> {
+        let refs: Vec<&AppendRequest> = requests.iter().collect();
+        let plan = match &mut self.inner {
+            Inner::Postgres(tx) => {
+                super::postgres::append_in(tx, &refs, Atomicity::AllOrNothing).await?
+            }
+            Inner::Sqlite(tx) => {
+                super::sqlite::append_in(tx, &refs, Atomicity::AllOrNothing).await?
+            }
+        };
+        self.wrote |= !plan.rows.is_empty();
+        plan.results.into_iter().collect()
+    }
+
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self.inner {
+            Inner::Postgres(tx) => tx.commit().await,
+            Inner::Sqlite(tx) => tx.commit().await,
+        }
+        .map_err(StoreError::db("committing a transaction"))?;
+        if self.wrote {
+            self.wake.send_modify(|n| *n += 1);
+        }
+        Ok(())
+    }
+
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        match self.inner {
+            Inner::Postgres(tx) => tx.rollback().await,
+            Inner::Sqlite(tx) => tx.rollback().await,
+        }
+        .map_err(StoreError::db("rolling back a transaction"))
+    }
+}

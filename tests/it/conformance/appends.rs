@@ -1,0 +1,358 @@
+//! Appending and reading back.
+
+use awl::log::{AppendRequest, EventFilter, ExpectedVersion, Metadata, NewEvent, StreamType};
+use awl::store::{StoreError, TxConnection};
+use serde_json::json;
+
+use crate::support::{Backend, TestStore, append, events, stream};
+
+pub async fn appends_and_reads_back_a_stream(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let s = stream(StreamType::Task, "t-1");
+    let meta = Metadata {
+        actor: Some("ada".into()),
+        correlation_id: Some(uuid::Uuid::now_v7()),
+        causation_id: None,
+        trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+    };
+    let first = t
+        .store
+        .append(append(
+            &s,
+            ExpectedVersion::NoStream,
+            vec![
+                NewEvent::new("test.happened", 3, json!({"a": [1, 2], "b": "ü"}))
+                    .with_metadata(meta.clone()),
+            ],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            first.first_position,
+            first.last_position,
+            first.stream_version
+        ),
+        (1, 1, 1)
+    );
+    let second = t
+        .store
+        .append(append(&s, ExpectedVersion::Exactly(1), events(1, 3)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            second.first_position,
+            second.last_position,
+            second.stream_version
+        ),
+        (2, 4, 4)
+    );
+
+    let read = t.store.read_stream(&s).await.unwrap();
+    assert_eq!(read.len(), 4);
+    assert_eq!(
+        read.iter().map(|e| e.version).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(
+        read.iter().map(|e| e.position).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(read[0].event_type, "test.happened");
+    assert_eq!(read[0].event_version, 3);
+    assert_eq!(read[0].payload, json!({"a": [1, 2], "b": "ü"}));
+    assert_eq!(read[0].metadata, meta);
+    assert_eq!(read[0].stream, s);
+    assert_eq!(read[2].payload, json!({"n": 2}));
+    let age = chrono::Utc::now() - read[0].recorded_at;
+    assert!(
+        age.num_seconds().abs() < 60,
+        "recorded_at is now-ish: {age}"
+    );
+    assert_eq!(t.store.read_stream_after(&s, 2).await.unwrap().len(), 2);
+    assert!(
+        t.store
+            .read_stream(&stream(StreamType::Task, "nope"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(t.store.head().await.unwrap(), 4);
+}
+
+pub async fn wrong_expected_version_is_a_conflict_and_writes_nothing(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let s = stream(StreamType::Run, "r-1");
+    t.store
+        .append(append(&s, ExpectedVersion::NoStream, events(0, 2)))
+        .await
+        .unwrap();
+    for expected in [
+        ExpectedVersion::NoStream,
+        ExpectedVersion::Exactly(1),
+        ExpectedVersion::Exactly(3),
+    ] {
+        match t.store.append(append(&s, expected, events(10, 2))).await {
+            Err(StoreError::Conflict {
+                stream,
+                expected: e,
+                actual,
+            }) => {
+                assert_eq!((stream, e, actual), (s.clone(), expected, 2));
+            }
+            other => panic!("expected a conflict for {expected:?}, got {other:?}"),
+        }
+    }
+    let err = t
+        .store
+        .append(append(&s, ExpectedVersion::Exactly(0), events(0, 1)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "conflict on stream run/r-1: expected version 0, but the stream is at version 2"
+    );
+    assert_eq!(t.store.read_stream(&s).await.unwrap().len(), 2);
+    assert_eq!(t.store.head().await.unwrap(), 2);
+    // Any always appends.
+    let any = t
+        .store
+        .append(append(&s, ExpectedVersion::Any, events(0, 1)))
+        .await
+        .unwrap();
+    assert_eq!(any.stream_version, 3);
+}
+
+pub async fn invalid_appends_are_refused_before_the_database(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let s = stream(StreamType::Agent, "a");
+    let err = t
+        .store
+        .append(append(&s, ExpectedVersion::Any, vec![]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidAppend { .. }), "{err}");
+    let err = t
+        .store
+        .append(append(
+            &stream(StreamType::Agent, " "),
+            ExpectedVersion::Any,
+            events(0, 1),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid append to agent/ : the stream id is empty"
+    );
+    assert_eq!(t.store.head().await.unwrap(), 0);
+}
+
+pub async fn transactions_append_many_streams_all_or_nothing(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let a = stream(StreamType::Run, "a");
+    let b = stream(StreamType::Task, "b");
+    let mut tx = t.store.begin().await.unwrap();
+    let done = tx
+        .append(&[
+            append(&a, ExpectedVersion::NoStream, events(0, 2)),
+            append(&b, ExpectedVersion::NoStream, events(0, 1)),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        done.iter().map(|d| d.last_position).collect::<Vec<_>>(),
+        vec![2, 3]
+    );
+    tx.commit().await.unwrap();
+
+    // One conflicting request refuses the whole call, and the transaction rolls back.
+    let mut tx = t.store.begin().await.unwrap();
+    let err = tx
+        .append(&[
+            append(&a, ExpectedVersion::Exactly(2), events(2, 1)),
+            append(&b, ExpectedVersion::Exactly(0), events(1, 1)),
+        ])
+        .await
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    tx.rollback().await.unwrap();
+
+    // A rolled-back append leaves nothing, not even a hole.
+    let mut tx = t.store.begin().await.unwrap();
+    tx.append(&[append(&a, ExpectedVersion::Exactly(2), events(2, 5))])
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(t.store.head().await.unwrap(), 3);
+    let next = t
+        .store
+        .append(append(&a, ExpectedVersion::Exactly(2), events(2, 1)))
+        .await
+        .unwrap();
+    assert_eq!(next.first_position, 4);
+
+    // Other rows in the same transaction commit with the events.
+    let mut tx = t.store.begin().await.unwrap();
+    match tx.connection() {
+        TxConnection::Postgres(c) => {
+            sqlx::query("CREATE TABLE side (n BIGINT)")
+                .execute(&mut *c)
+                .await
+                .unwrap();
+            sqlx::query("INSERT INTO side VALUES (1)")
+                .execute(&mut *c)
+                .await
+                .unwrap();
+        }
+        TxConnection::Sqlite(c) => {
+            sqlx::query("CREATE TABLE side (n INTEGER)")
+                .execute(&mut *c)
+                .await
+                .unwrap();
+            sqlx::query("INSERT INTO side VALUES (1)")
+                .execute(&mut *c)
+                .await
+                .unwrap();
+        }
+    }
+    tx.append(&[append(&b, ExpectedVersion::Exactly(1), events(1, 1))])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(t.store.head().await.unwrap(), 5);
+}
+
+pub async fn pages_and_filters_the_whole_log(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    for i in 0..5 {
+        let kind = if i % 2 == 0 {
+            StreamType::Run
+        } else {
+            StreamType::Task
+        };
+        t.store
+            .append(AppendRequest::new(
+                stream(kind, format!("s{i}")),
+                ExpectedVersion::NoStream,
+                vec![
+                    NewEvent::new("x.started", 1, json!({"i": i})),
+                    NewEvent::new("x.finished", 1, json!({"i": i})),
+                ],
+            ))
+            .await
+            .unwrap();
+    }
+    let all = EventFilter::default();
+    let (page, next) = t.store.read_page(0, 4, &all).await.unwrap();
+    assert_eq!(
+        page.iter().map(|e| e.position).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(next, 4);
+    let (page, next) = t.store.read_page(next, 100, &all).await.unwrap();
+    assert_eq!(page.len(), 6);
+    assert_eq!(next, 10);
+    let (page, next) = t.store.read_page(10, 100, &all).await.unwrap();
+    assert!(page.is_empty());
+    assert_eq!(next, 10);
+
+    let tasks_finished = EventFilter {
+        stream_types: vec![StreamType::Task],
+        event_types: vec!["x.finished".into()],
+        ..EventFilter::default()
+    };
+    let (page, next) = t.store.read_page(0, 100, &tasks_finished).await.unwrap();
+    assert_eq!(
+        page.iter().map(|e| e.position).collect::<Vec<_>>(),
+        vec![4, 8]
+    );
+    assert_eq!(next, 10, "the reader moves past what it scanned");
+    let one = EventFilter {
+        stream_id: Some("s2".into()),
+        ..EventFilter::default()
+    };
+    let (page, _) = t.store.read_page(0, 100, &one).await.unwrap();
+    assert_eq!(
+        page.iter().map(|e| e.position).collect::<Vec<_>>(),
+        vec![5, 6]
+    );
+    let future = EventFilter {
+        since: Some(chrono::Utc::now() + chrono::Duration::hours(1)),
+        ..EventFilter::default()
+    };
+    assert!(
+        t.store
+            .read_page(0, 100, &future)
+            .await
+            .unwrap()
+            .0
+            .is_empty()
+    );
+    let past = EventFilter {
+        since: Some(chrono::Utc::now() - chrono::Duration::hours(1)),
+        until: Some(chrono::Utc::now() + chrono::Duration::hours(1)),
+        ..EventFilter::default()
+    };
+    assert_eq!(t.store.read_page(0, 100, &past).await.unwrap().0.len(), 10);
+    for e in t.store.read_page(0, 100, &tasks_finished).await.unwrap().0 {
+        assert!(tasks_finished.matches(&e));
+    }
+}
+
+pub async fn the_log_is_append_only(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let s = stream(StreamType::Task, "t");
+    t.store
+        .append(append(&s, ExpectedVersion::NoStream, events(0, 1)))
+        .await
+        .unwrap();
+    let mut tx = t.store.begin().await.unwrap();
+    let (update, delete) = match tx.connection() {
+        TxConnection::Postgres(c) => (
+            sqlx::query("UPDATE events SET payload = '{}'")
+                .execute(&mut *c)
+                .await
+                .map(|_| ()),
+            Ok(()),
+        ),
+        TxConnection::Sqlite(c) => (
+            sqlx::query("UPDATE events SET payload = '{}'")
+                .execute(&mut *c)
+                .await
+                .map(|_| ()),
+            sqlx::query("DELETE FROM events")
+                .execute(&mut *c)
+                .await
+                .map(|_| ()),
+        ),
+    };
+    let update = update.unwrap_err().to_string();
+    assert!(update.contains("append-only"), "{update}");
+    if let Err(e) = delete {
+        assert!(e.to_string().contains("append-only"), "{e}");
+    }
+    tx.rollback().await.unwrap();
+    if backend == Backend::Postgres {
+        let mut tx = t.store.begin().await.unwrap();
+        if let TxConnection::Postgres(c) = tx.connection() {
+            let err = sqlx::query("DELETE FROM events")
+                .execute(&mut *c)
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains("append-only"), "{err}");
+        }
+        tx.rollback().await.unwrap();
+        let mut tx = t.store.begin().await.unwrap();
+        if let TxConnection::Postgres(c) = tx.connection() {
+            let err = sqlx::query("TRUNCATE events")
+                .execute(&mut *c)
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains("append-only"), "{err}");
+        }
+        tx.rollback().await.unwrap();
+    }
+    assert_eq!(t.store.read_stream(&s).await.unwrap().len(), 1);
+}

@@ -1,0 +1,243 @@
+//! Gap-free tailing under concurrent writers, including the hard cases.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use awl::log::{EventFilter, ExpectedVersion, NewEvent, StreamType};
+use awl::store::{StoreOptions, TxConnection};
+use futures_util::StreamExt;
+use serde_json::json;
+
+use crate::support::{Backend, TestStore, append, stream, within};
+
+const WRITERS: usize = 16;
+const ROUNDS: usize = 25;
+
+fn tagged(kind: &str, writer: usize, round: usize, n: usize) -> Vec<NewEvent> {
+    (0..n)
+        .map(|i| {
+            NewEvent::new(
+                "tail.test",
+                1,
+                json!({ "kind": kind, "w": writer, "r": round, "i": i }),
+            )
+        })
+        .collect()
+}
+
+/// 16 writers append to their own streams while a reader tails from 0. Beside them:
+/// a transaction that takes its positions and then commits late, one that writes
+/// another table before appending (as the executor does with wake-up rows), and
+/// transactions that roll back. The reader must see every committed event exactly
+/// once, in global order, never a rolled-back one, and must not stall.
+pub async fn a_tail_sees_every_event_once_in_order_under_concurrent_writers(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let reader = {
+        let tail = t.store.tail(0, EventFilter::default());
+        tokio::spawn(async move {
+            let mut tail = std::pin::pin!(tail);
+            let mut seen = Vec::new();
+            while let Some(event) = tail.next().await {
+                let event = event.expect("tail error");
+                let done = event.payload["kind"] == "end";
+                seen.push(event);
+                if done {
+                    break;
+                }
+            }
+            seen
+        })
+    };
+
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let store = t.store.clone();
+        writers.push(tokio::spawn(async move {
+            let s = stream(StreamType::Run, format!("w{w}"));
+            for r in 0..ROUNDS {
+                store
+                    .append(append(
+                        &s,
+                        ExpectedVersion::Any,
+                        tagged("plain", w, r, 1 + (w + r) % 3),
+                    ))
+                    .await
+                    .expect("plain append");
+            }
+        }));
+    }
+    // Takes its positions, then holds the transaction open while others try to write.
+    let late = {
+        let store = t.store.clone();
+        tokio::spawn(async move {
+            let s = stream(StreamType::Run, "late");
+            for r in 0..5 {
+                let mut tx = store.begin().await.unwrap();
+                tx.append(&[append(&s, ExpectedVersion::Any, tagged("late", 0, r, 2))])
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                tx.commit().await.unwrap();
+            }
+        })
+    };
+    // Writes another table first, dawdles, then appends.
+    let side_first = {
+        let store = t.store.clone();
+        tokio::spawn(async move {
+            let s = stream(StreamType::Task, "side-first");
+            for r in 0..5 {
+                let mut tx = store.begin().await.unwrap();
+                match tx.connection() {
+                    TxConnection::Postgres(c) => {
+                        sqlx::query("CREATE TABLE IF NOT EXISTS wakeups (n BIGINT)")
+                            .execute(&mut *c)
+                            .await
+                            .unwrap();
+                        sqlx::query("INSERT INTO wakeups VALUES ($1)")
+                            .bind(r as i64)
+                            .execute(&mut *c)
+                            .await
+                            .unwrap();
+                    }
+                    TxConnection::Sqlite(c) => {
+                        sqlx::query("CREATE TABLE IF NOT EXISTS wakeups (n INTEGER)")
+                            .execute(&mut *c)
+                            .await
+                            .unwrap();
+                        sqlx::query("INSERT INTO wakeups VALUES (?1)")
+                            .bind(r as i64)
+                            .execute(&mut *c)
+                            .await
+                            .unwrap();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+                tx.append(&[append(&s, ExpectedVersion::Any, tagged("side", 0, r, 1))])
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+            }
+        })
+    };
+    // Appends and rolls back: what it wrote must never be seen.
+    let rollbacks = {
+        let store = t.store.clone();
+        tokio::spawn(async move {
+            let s = stream(StreamType::Agent, "rollback");
+            for r in 0..10 {
+                let mut tx = store.begin().await.unwrap();
+                tx.append(&[append(
+                    &s,
+                    ExpectedVersion::Any,
+                    tagged("rolled-back", 0, r, 3),
+                )])
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                tx.rollback().await.unwrap();
+            }
+        })
+    };
+
+    for h in writers {
+        within(120, "writers", h).await.unwrap();
+    }
+    within(60, "late committer", late).await.unwrap();
+    within(60, "side-table writer", side_first).await.unwrap();
+    within(60, "rollbacks", rollbacks).await.unwrap();
+    t.store
+        .append(append(
+            &stream(StreamType::Run, "end"),
+            ExpectedVersion::NoStream,
+            vec![NewEvent::new("tail.test", 1, json!({ "kind": "end" }))],
+        ))
+        .await
+        .unwrap();
+
+    let seen = within(60, "the tail to reach the end marker", reader)
+        .await
+        .unwrap();
+    let head = t.store.head().await.unwrap();
+    let positions: Vec<i64> = seen.iter().map(|e| e.position).collect();
+    assert_eq!(
+        positions,
+        (1..=head).collect::<Vec<_>>(),
+        "every position once, in order"
+    );
+    assert!(seen.iter().all(|e| e.payload["kind"] != "rolled-back"));
+    let mut keys = HashSet::new();
+    for e in &seen {
+        assert!(
+            keys.insert((e.stream.clone(), e.version)),
+            "{} seen twice",
+            e.describe()
+        );
+    }
+    let plain = seen.iter().filter(|e| e.payload["kind"] == "plain").count();
+    let expected_plain: usize = (0..WRITERS)
+        .flat_map(|w| (0..ROUNDS).map(move |r| 1 + (w + r) % 3))
+        .sum();
+    assert_eq!(plain, expected_plain);
+    assert_eq!(
+        seen.iter().filter(|e| e.payload["kind"] == "late").count(),
+        10
+    );
+    assert_eq!(
+        seen.iter().filter(|e| e.payload["kind"] == "side").count(),
+        5
+    );
+    // And the tail agrees with a plain read of the whole log.
+    let (all, _) = t
+        .store
+        .read_page(0, i64::MAX, &EventFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(all, seen);
+}
+
+/// With the fallback poll set to a minute, a caught-up tail still sees a new event
+/// at once: it is woken by NOTIFY (Postgres) or the in-process signal (SQLite).
+pub async fn a_tail_is_woken_by_a_commit_not_by_its_poll(backend: Backend) {
+    let options = StoreOptions {
+        tail_poll: Some(Duration::from_secs(60)),
+        ..StoreOptions::default()
+    };
+    let t = TestStore::with_options(backend, options).await;
+    let s = stream(StreamType::Task, "wake");
+    let mut tail = Box::pin(t.store.tail(0, EventFilter::default()));
+    for n in 0..3 {
+        // Let the tail catch up and go to sleep before the next append.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let appended = t
+            .store
+            .append(append(
+                &s,
+                ExpectedVersion::Any,
+                vec![NewEvent::new("wake.up", 1, json!({ "n": n }))],
+            ))
+            .await
+            .unwrap();
+        let event = within(10, "the woken tail", tail.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(event.position, appended.last_position);
+    }
+    // A transaction's commit wakes it too.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut tx = t.store.begin().await.unwrap();
+    tx.append(&[append(
+        &s,
+        ExpectedVersion::Any,
+        vec![NewEvent::new("wake.up", 1, json!({}))],
+    )])
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let event = within(10, "the woken tail", tail.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.position, 4);
+}
