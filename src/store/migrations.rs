@@ -8,17 +8,31 @@ use std::borrow::Cow;
 use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 
-const POSTGRES: &[(i64, &str, &str)] = &[(
-    1,
-    "event log",
-    include_str!("../../migrations/postgres/0001_event_log.sql"),
-)];
+const POSTGRES: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "event log",
+        include_str!("../../migrations/postgres/0001_event_log.sql"),
+    ),
+    (
+        2,
+        "append function",
+        include_str!("../../migrations/postgres/0002_append_function.sql"),
+    ),
+];
 
-const SQLITE: &[(i64, &str, &str)] = &[(
-    1,
-    "event log",
-    include_str!("../../migrations/sqlite/0001_event_log.sql"),
-)];
+const SQLITE: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "event log",
+        include_str!("../../migrations/sqlite/0001_event_log.sql"),
+    ),
+    (
+        2,
+        "head from events",
+        include_str!("../../migrations/sqlite/0002_head_from_events.sql"),
+    ),
+];
 
 fn migrator(list: &[(i64, &'static str, &'static str)]) -> Migrator {
     Migrator::with_migrations(

@@ -27,6 +27,7 @@ pub(crate) struct Plan<'a> {
     pub rows: Vec<PlannedRow<'a>>,
     pub results: Vec<Result<Appended, StoreError>>,
     /// The log head after the batch (unchanged when nothing is written).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub new_head: i64,
 }
 
@@ -127,6 +128,28 @@ pub(crate) fn plan<'a>(
         results,
         new_head: position,
     }
+}
+
+/// Most positions one filtered page scans: a sparse filter moves through the log in
+/// windows this wide rather than asking the database for rows past the head.
+pub(crate) const FILTERED_SCAN_WINDOW: i64 = 10_000;
+
+/// The last position a page read after `after` may look at. Positions are dense (a
+/// rolled-back append leaves no hole), so the next `limit` events are exactly
+/// `after + 1 ..= after + limit`: bounding the range keeps every page an index range
+/// scan of `limit` rows, whatever plan the database picks.
+pub(crate) fn scan_upper_bound(
+    after: i64,
+    limit: i64,
+    head: i64,
+    filter: &crate::log::EventFilter,
+) -> i64 {
+    let window = if filter.is_empty() {
+        limit
+    } else {
+        limit.max(FILTERED_SCAN_WINDOW)
+    };
+    after.saturating_add(window).min(head)
 }
 
 /// The distinct streams named in a batch, for the version lookup.

@@ -1,24 +1,25 @@
 //! The Postgres store: production backend.
 //!
-//! Appends take the row lock on `event_log_head` first (`SELECT ... FOR UPDATE`), then
-//! read the versions of the streams involved, insert all rows with one `unnest`
-//! statement, move the head and `pg_notify` the new head, all in one transaction. The
-//! lock is held until commit, so positions are assigned and become visible in order.
-//! Readers wake on `LISTEN awl_events`.
+//! Every append is one call of the `awl_append()` function (see the migration): it
+//! takes a transaction-level advisory lock, reads `max(position)` and the versions of
+//! the streams involved, inserts the rows and `pg_notify`s the new head. The lock is
+//! held until commit, so positions are dense and become visible in order. Group
+//! commit runs the call as its own statement (one round trip, one fsync for many
+//! callers); a [`super::StoreTx`] runs it inside the caller's transaction. Readers
+//! wake on `LISTEN awl_events`.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, Row};
 use tokio::sync::watch;
 
-use crate::log::{AppendRequest, EventFilter, StreamRef};
+use crate::log::{AppendRequest, Appended, EventFilter, ExpectedVersion, StreamRef};
 
 use super::decode::{RawEvent, RawJson};
-use super::plan::{self, Atomicity, Plan};
+use super::plan::{self, Atomicity};
 use super::{StoreError, migrations};
 
 /// The notification channel that carries the new log head after each append.
@@ -41,6 +42,9 @@ impl PgBackend {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(10))
+            // A broken connection fails its query and is replaced; pinging every
+            // connection on every acquire would add a round trip to each append.
+            .test_before_acquire(false)
             .connect_with(options)
             .await
             .map_err(StoreError::db(format!(
@@ -64,34 +68,27 @@ impl PgBackend {
             })
     }
 
-    /// Append independent requests in one transaction (group commit).
+    /// Append independent requests in one statement, which is its own transaction
+    /// (group commit).
     pub(crate) async fn append_batch(
         &self,
         requests: &[&AppendRequest],
-    ) -> Result<Vec<Result<crate::log::Appended, StoreError>>, StoreError> {
-        let mut tx = self
+    ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+        let mut conn = self
             .pool
-            .begin()
+            .acquire()
             .await
-            .map_err(StoreError::db("beginning an append"))?;
-        let plan = append_in(&mut tx, requests, Atomicity::PerRequest).await?;
-        if plan.rows.is_empty() {
-            tx.rollback()
-                .await
-                .map_err(StoreError::db("rolling back an empty append"))?;
-        } else {
-            tx.commit()
-                .await
-                .map_err(StoreError::db("committing an append"))?;
-        }
-        Ok(plan.results)
+            .map_err(StoreError::db("acquiring a connection to append"))?;
+        append_in(&mut conn, requests, Atomicity::PerRequest).await
     }
 
     pub(crate) async fn head(&self) -> Result<i64, StoreError> {
-        sqlx::query_scalar("SELECT position FROM event_log_head")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(StoreError::db("reading the log head"))
+        sqlx::query_scalar(
+            "SELECT COALESCE((SELECT position FROM events ORDER BY position DESC LIMIT 1), 0)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::db("reading the log head"))
     }
 
     pub(crate) async fn read_stream(
@@ -128,6 +125,7 @@ impl PgBackend {
         if head <= after {
             return Ok((Vec::new(), after));
         }
+        let upper = plan::scan_upper_bound(after, limit, head, filter);
         let sql = const_format(
             "SELECT {COLUMNS} FROM events \
              WHERE position > $1 AND position <= $2 \
@@ -144,7 +142,7 @@ impl PgBackend {
             (!filter.event_types.is_empty()).then_some(&filter.event_types);
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(after)
-            .bind(head)
+            .bind(upper)
             .bind(stream_types)
             .bind(filter.stream_id.as_deref())
             .bind(event_types)
@@ -158,7 +156,7 @@ impl PgBackend {
             )))?;
         let events = rows.iter().map(raw_event).collect::<Result<Vec<_>, _>>()?;
         let scanned = if (events.len() as i64) < limit {
-            head
+            upper
         } else {
             events.last().map_or(head, |e| e.position)
         };
@@ -199,105 +197,170 @@ fn const_format(template: &str) -> String {
     template.replace("{COLUMNS}", COLUMNS)
 }
 
-/// The body of every Postgres append, inside the caller's transaction.
-pub(crate) async fn append_in<'a>(
+/// The body of every Postgres append: one call of `awl_append()` (see the migration),
+/// in the caller's transaction or, for group commit, as its own statement.
+pub(crate) async fn append_in(
     conn: &mut PgConnection,
-    requests: &[&'a AppendRequest],
+    requests: &[&AppendRequest],
     atomicity: Atomicity,
-) -> Result<Plan<'a>, StoreError> {
-    // 1. The write lock: serialises appends until this transaction ends.
-    let head: i64 = sqlx::query_scalar("SELECT position FROM event_log_head FOR UPDATE")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(StoreError::db("locking the log head"))?;
-
-    // 2. Current versions, read after the lock so they include every earlier append.
-    let streams = plan::distinct_streams(requests);
-    let types: Vec<&str> = streams.iter().map(|s| s.kind.as_str()).collect();
-    let ids: Vec<&str> = streams.iter().map(|s| s.id.as_str()).collect();
-    let versions: Vec<i64> = sqlx::query_scalar(
-        "SELECT COALESCE((SELECT max(e.version) FROM events e \
-                          WHERE e.stream_type = s.t AND e.stream_id = s.i), 0) \
-         FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS s(t, i, n) ORDER BY s.n",
-    )
-    .bind(&types)
-    .bind(&ids)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(StoreError::db("reading stream versions"))?;
-    let current: HashMap<StreamRef, i64> = streams.into_iter().cloned().zip(versions).collect();
-
-    // 3. Decide, then write the rows and the new head in one statement.
-    let plan = plan::plan(head, &current, requests, atomicity);
-    if plan.rows.is_empty() {
-        return Ok(plan);
+) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+    // Refuse what the store refuses outright before touching the database.
+    let mut results: Vec<Option<Result<Appended, StoreError>>> = Vec::with_capacity(requests.len());
+    let mut sent: Vec<usize> = Vec::with_capacity(requests.len());
+    for (i, request) in requests.iter().enumerate() {
+        match plan::validate(request) {
+            Ok(()) => {
+                sent.push(i);
+                results.push(None);
+            }
+            Err(e) if atomicity == Atomicity::AllOrNothing => return Err(e),
+            Err(e) => results.push(Some(Err(e))),
+        }
     }
-    let n = plan.rows.len();
-    let mut positions = Vec::with_capacity(n);
-    let mut stream_types = Vec::with_capacity(n);
-    let mut stream_ids = Vec::with_capacity(n);
-    let mut versions = Vec::with_capacity(n);
+    if !sent.is_empty() {
+        let rows = call_append(conn, requests, &sent, atomicity).await?;
+        for (&i, row) in sent.iter().zip(rows) {
+            let request = requests[i];
+            results[i] = Some(if row.ok {
+                Ok(Appended {
+                    first_position: row.first_position.unwrap_or_default(),
+                    last_position: row.last_position.unwrap_or_default(),
+                    stream_version: row.stream_version.unwrap_or_default(),
+                })
+            } else {
+                Err(StoreError::Conflict {
+                    stream: request.stream.clone(),
+                    expected: request.expected,
+                    actual: row.actual,
+                })
+            });
+        }
+    }
+    Ok(results
+        .into_iter()
+        .map(|r| r.unwrap_or(Err(StoreError::Closed)))
+        .collect())
+}
+
+struct AppendRow {
+    ok: bool,
+    actual: i64,
+    first_position: Option<i64>,
+    last_position: Option<i64>,
+    stream_version: Option<i64>,
+}
+
+async fn call_append(
+    conn: &mut PgConnection,
+    requests: &[&AppendRequest],
+    sent: &[usize],
+    atomicity: Atomicity,
+) -> Result<Vec<AppendRow>, StoreError> {
+    let sent_requests: Vec<&AppendRequest> = sent.iter().map(|&i| requests[i]).collect();
+    let streams = plan::distinct_streams(&sent_requests);
+    let stream_types: Vec<&str> = streams.iter().map(|s| s.kind.as_str()).collect();
+    let stream_ids: Vec<&str> = streams.iter().map(|s| s.id.as_str()).collect();
+    let mut req_streams = Vec::with_capacity(sent.len());
+    let mut expected = Vec::with_capacity(sent.len());
+    let mut counts = Vec::with_capacity(sent.len());
+    let n: usize = sent_requests.iter().map(|r| r.events.len()).sum();
+    let mut ev_requests = Vec::with_capacity(n);
     let mut event_types = Vec::with_capacity(n);
     let mut event_versions = Vec::with_capacity(n);
     let mut payloads = Vec::with_capacity(n);
     let mut metadata = Vec::with_capacity(n);
-    for row in &plan.rows {
-        positions.push(row.position);
-        stream_types.push(row.stream.kind.as_str());
-        stream_ids.push(row.stream.id.as_str());
-        versions.push(row.version);
-        event_types.push(row.event.event_type.as_str());
-        event_versions.push(row.event.event_version);
-        payloads.push(&row.event.payload);
-        metadata.push(serde_json::to_value(&row.event.metadata).map_err(|e| {
-            StoreError::InvalidAppend {
-                stream: row.stream.clone(),
-                reason: format!("metadata cannot be serialised: {e}"),
-            }
-        })?);
+    for (r, request) in sent_requests.iter().enumerate() {
+        // `streams` is sorted and distinct: find each request's stream by search.
+        let stream = streams
+            .binary_search(&&request.stream)
+            .map_err(|_| StoreError::Closed)?;
+        req_streams.push(stream as i32 + 1);
+        expected.push(match request.expected {
+            ExpectedVersion::Any => None,
+            ExpectedVersion::NoStream => Some(0i64),
+            ExpectedVersion::Exactly(v) => Some(v),
+        });
+        counts.push(request.events.len() as i32);
+        for event in &request.events {
+            ev_requests.push(r as i32 + 1);
+            event_types.push(event.event_type.as_str());
+            event_versions.push(event.event_version);
+            payloads.push(&event.payload);
+            metadata.push(serde_json::to_value(&event.metadata).map_err(|e| {
+                StoreError::InvalidAppend {
+                    stream: request.stream.clone(),
+                    reason: format!("metadata cannot be serialised: {e}"),
+                }
+            })?);
+        }
     }
-    sqlx::query(
-        "WITH inserted AS ( \
-             INSERT INTO events (position, stream_type, stream_id, version, event_type, \
-                                 event_version, payload, metadata) \
-             SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[], $5::text[], \
-                                  $6::int4[], $7::jsonb[], $8::jsonb[]) \
-             RETURNING 1 \
-         ), moved AS ( \
-             UPDATE event_log_head SET position = $9 \
-         ) \
-         SELECT pg_notify($10, $9::text), (SELECT count(*) FROM inserted)",
+    sqlx::query_as::<_, (bool, i64, Option<i64>, Option<i64>, Option<i64>)>(
+        "SELECT ok, actual, first_position, last_position, stream_version \
+         FROM awl_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
-    .bind(&positions)
     .bind(&stream_types)
     .bind(&stream_ids)
-    .bind(&versions)
+    .bind(&req_streams)
+    .bind(&expected)
+    .bind(&counts)
+    .bind(&ev_requests)
     .bind(&event_types)
     .bind(&event_versions)
     .bind(&payloads)
     .bind(&metadata)
-    .bind(plan.new_head)
-    .bind(CHANNEL)
-    .execute(&mut *conn)
+    .bind(atomicity == Atomicity::AllOrNothing)
+    .fetch_all(&mut *conn)
     .await
-    .map_err(|e| unique_violation_as_conflict(e, &plan))?;
-    Ok(plan)
+    .map(|rows| {
+        rows.into_iter()
+            .map(
+                |(ok, actual, first_position, last_position, stream_version)| AppendRow {
+                    ok,
+                    actual,
+                    first_position,
+                    last_position,
+                    stream_version,
+                },
+            )
+            .collect()
+    })
+    .map_err(|e| append_error(e, requests, sent))
 }
 
-/// The version check runs under the head lock, so a unique violation means someone
-/// wrote events without taking it (for example by hand): still a conflict.
-fn unique_violation_as_conflict(e: sqlx::Error, plan: &Plan<'_>) -> StoreError {
-    if let sqlx::Error::Database(db) = &e
-        && db.code().as_deref() == Some("23505")
-        && let Some(row) = plan.rows.first()
-    {
-        return StoreError::Conflict {
-            stream: row.stream.clone(),
-            expected: crate::log::ExpectedVersion::Exactly(row.version - 1),
-            actual: row.version,
-        };
+/// `awl_append` raises AWL01 for an all-or-nothing conflict; a unique violation means
+/// someone wrote events without taking the head lock (by hand): a conflict too.
+fn append_error(e: sqlx::Error, requests: &[&AppendRequest], sent: &[usize]) -> StoreError {
+    if let sqlx::Error::Database(db) = &e {
+        let code = db.code();
+        if code.as_deref() == Some("AWL01")
+            && let Some(pg) = db.try_downcast_ref::<PgDatabaseError>()
+            && let Some(detail) = pg.detail()
+            && let Ok(conflict) = serde_json::from_str::<ConflictDetail>(detail)
+            && let Some(&i) = sent.get(conflict.request)
+        {
+            return StoreError::Conflict {
+                stream: requests[i].stream.clone(),
+                expected: requests[i].expected,
+                actual: conflict.actual,
+            };
+        }
+        if code.as_deref() == Some("23505")
+            && let Some(&i) = sent.first()
+        {
+            return StoreError::Conflict {
+                stream: requests[i].stream.clone(),
+                expected: requests[i].expected,
+                actual: -1,
+            };
+        }
     }
-    StoreError::db("inserting events")(e)
+    StoreError::db("appending events")(e)
+}
+
+#[derive(serde::Deserialize)]
+struct ConflictDetail {
+    request: usize,
+    actual: i64,
 }
 
 fn raw_event(row: &PgRow) -> Result<RawEvent, StoreError> {

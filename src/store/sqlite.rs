@@ -88,7 +88,7 @@ impl SqliteBackend {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(StoreError::db("beginning an append"))?;
-        let plan = append_in(&mut tx, requests, Atomicity::PerRequest).await?;
+        let plan = plan_and_insert(&mut tx, requests, Atomicity::PerRequest).await?;
         if plan.rows.is_empty() {
             tx.rollback()
                 .await
@@ -102,10 +102,12 @@ impl SqliteBackend {
     }
 
     pub(crate) async fn head(&self) -> Result<i64, StoreError> {
-        sqlx::query_scalar("SELECT position FROM event_log_head WHERE singleton = 1")
-            .fetch_one(&self.reader)
-            .await
-            .map_err(StoreError::db("reading the log head"))
+        sqlx::query_scalar(
+            "SELECT COALESCE((SELECT position FROM events ORDER BY position DESC LIMIT 1), 0)",
+        )
+        .fetch_one(&self.reader)
+        .await
+        .map_err(StoreError::db("reading the log head"))
     }
 
     pub(crate) async fn read_stream(
@@ -140,6 +142,7 @@ impl SqliteBackend {
         if head <= after {
             return Ok((Vec::new(), after));
         }
+        let upper = plan::scan_upper_bound(after, limit, head, filter);
         let sql = format!(
             "{SELECT} WHERE position > ?1 AND position <= ?2 \
                AND (?3 IS NULL OR stream_type IN (SELECT value FROM json_each(?3))) \
@@ -154,7 +157,7 @@ impl SqliteBackend {
         };
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(after)
-            .bind(head)
+            .bind(upper)
             .bind(json_list(
                 filter.stream_types.iter().map(|t| t.as_str()).collect(),
             ))
@@ -172,7 +175,7 @@ impl SqliteBackend {
             )))?;
         let events = rows.iter().map(raw_event).collect::<Result<Vec<_>, _>>()?;
         let scanned = if (events.len() as i64) < limit {
-            head
+            upper
         } else {
             events.last().map_or(head, |e| e.position)
         };
@@ -181,19 +184,35 @@ impl SqliteBackend {
 }
 
 /// The body of every SQLite append, inside a `BEGIN IMMEDIATE` transaction.
-pub(crate) async fn append_in<'a>(
+pub(crate) async fn append_in(
+    conn: &mut SqliteConnection,
+    requests: &[&AppendRequest],
+    atomicity: Atomicity,
+) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+    let plan = plan_and_insert(conn, requests, atomicity).await?;
+    if atomicity == Atomicity::AllOrNothing
+        && let Some(Err(e)) = plan.results.iter().find(|r| r.is_err())
+    {
+        return Err(e.clone());
+    }
+    Ok(plan.results)
+}
+
+async fn plan_and_insert<'a>(
     conn: &mut SqliteConnection,
     requests: &[&'a AppendRequest],
     atomicity: Atomicity,
 ) -> Result<Plan<'a>, StoreError> {
-    let head: i64 = sqlx::query_scalar("SELECT position FROM event_log_head WHERE singleton = 1")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(StoreError::db("reading the log head"))?;
+    let head: i64 = sqlx::query_scalar(
+        "SELECT COALESCE((SELECT position FROM events ORDER BY position DESC LIMIT 1), 0)",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(StoreError::db("reading the log head"))?;
     let mut current = HashMap::new();
     for stream in plan::distinct_streams(requests) {
         let version: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(MAX(version), 0) FROM events WHERE stream_type = ?1 AND stream_id = ?2",
+            "SELECT COALESCE((SELECT version FROM events WHERE stream_type = ?1 AND stream_id = ?2 ORDER BY version DESC LIMIT 1), 0)",
         )
         .bind(stream.kind.as_str())
         .bind(&stream.id)
@@ -235,11 +254,6 @@ pub(crate) async fn append_in<'a>(
             row.version, row.stream
         )))?;
     }
-    sqlx::query("UPDATE event_log_head SET position = ?1 WHERE singleton = 1")
-        .bind(plan.new_head)
-        .execute(&mut *conn)
-        .await
-        .map_err(StoreError::db("moving the log head"))?;
     Ok(plan)
 }
 

@@ -63,7 +63,7 @@ impl StoreTx {
         requests: &[AppendRequest],
     ) -> Result<Vec<Appended>, StoreError> {
         let refs: Vec<&AppendRequest> = requests.iter().collect();
-        let plan = match &mut self.inner {
+        let results = match &mut self.inner {
             Inner::Postgres(tx) => {
                 super::postgres::append_in(tx, &refs, Atomicity::AllOrNothing).await?
             }
@@ -71,8 +71,9 @@ impl StoreTx {
                 super::sqlite::append_in(tx, &refs, Atomicity::AllOrNothing).await?
             }
         };
-        self.wrote |= !plan.rows.is_empty();
-        plan.results.into_iter().collect()
+        let appended = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        self.wrote |= !appended.is_empty();
+        Ok(appended)
     }
 
     pub async fn commit(self) -> Result<(), StoreError> {

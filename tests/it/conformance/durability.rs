@@ -61,11 +61,6 @@ async fn insert_raw(t: &TestStore, stream_type: &str, payload: &str, metadata: &
             .execute(&mut *c)
             .await
             .unwrap();
-            sqlx::query("UPDATE event_log_head SET position = $1")
-                .bind(position)
-                .execute(&mut *c)
-                .await
-                .unwrap();
         }
         TxConnection::Sqlite(c) => {
             sqlx::query(
@@ -79,11 +74,6 @@ async fn insert_raw(t: &TestStore, stream_type: &str, payload: &str, metadata: &
             .execute(&mut *c)
             .await
             .unwrap();
-            sqlx::query("UPDATE event_log_head SET position = ?1")
-                .bind(position)
-                .execute(&mut *c)
-                .await
-                .unwrap();
         }
     }
     tx.commit().await.unwrap();
