@@ -4,5 +4,5 @@ use crate::log::Upcasters;
 
 /// The upcasters for all of awl's events.
 pub fn all() -> Upcasters {
-    Upcasters::new(vec![])
+    Upcasters::new(vec![crate::domain::agent::REGISTERED_V1_TO_V2])
 }

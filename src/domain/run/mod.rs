@@ -1,1 +1,537 @@
-//! (being written)
+//! The `run` stream: one execution of one workflow version, step by step.
+//!
+//! Workers are stateless: a worker that picks a run up folds this stream and carries on
+//! from what it records, so the stream must say everything the executor needs to
+//! continue after a crash. That is why a step's life is spelled out attempt by attempt
+//! (scheduled, started, succeeded or failed, retried or skipped, and the recovery the
+//! error handler chose), why a completed step's output is kept (completed steps are
+//! never re-executed: their recorded output is used), and why an attempt started
+//! without an outcome may be started again only with the same idempotency key
+//! (at-least-once execution). Gates, costs against the budget, the saga of
+//! compensations and the run's ending live here too, so timelines, the approval inbox
+//! and analytics are plain projections of the stream.
+//!
+//! Every rule lives in [`Run::decide`](crate::domain::Decide::decide) (`decide.rs`);
+//! `apply` only records what happened. Time is data: due times, gate expiries and
+//! deadlines are compared with the `at` of the command, never with a clock.
+
+mod commands;
+mod decide;
+mod error;
+mod events;
+mod state;
+mod types;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use cqrs_es::Aggregate;
+use cqrs_es::event_sink::EventSink;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
+
+pub use commands::{RunAction, RunCommand};
+pub use error::RunError;
+pub use events::RunEvent;
+pub use state::{
+    Attempt, AttemptOutcome, Compensation, CompensationRan, Gate, GateDecision, RunOutcome,
+    RunStatus, StepPhase, StepSituation, StepState,
+};
+pub use types::{ErrorClass, ParentRef, RecoveryAction, StepError, UnknownErrorClass};
+
+/// One run: the state folded from its stream.
+///
+/// Fields are private so the state only changes through `apply`; read it through the
+/// accessors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    run_id: Option<RunId>,
+    status: Option<RunStatus>,
+    workflow: Option<WorkflowName>,
+    workflow_version: String,
+    inputs: Value,
+    budget_usd: Option<f64>,
+    timeout_at: Option<DateTime<Utc>>,
+    parent: Option<ParentRef>,
+    steps: BTreeMap<StepId, StepState>,
+    attempts: BTreeMap<StepId, Vec<Attempt>>,
+    /// Succeeded steps, in the order they succeeded (the saga compensates in reverse).
+    succeeded_order: Vec<StepId>,
+    /// In the order they were opened.
+    gates: Vec<Gate>,
+    total_cost_usd: f64,
+    total_tokens: u64,
+    budget_exceeded_at: Option<DateTime<Utc>>,
+    compensation: Option<Compensation>,
+    outcome: Option<RunOutcome>,
+    started_at: Option<DateTime<Utc>>,
+    updated_at: Option<DateTime<Utc>>,
+}
+
+impl Run {
+    /// The run's id, once it was started.
+    pub fn id(&self) -> Option<RunId> {
+        self.run_id
+    }
+
+    /// Where the run is; `None` before it was started.
+    pub fn status(&self) -> Option<RunStatus> {
+        self.status
+    }
+
+    /// SUCCEEDED, FAILED or CANCELLED.
+    pub fn is_terminal(&self) -> bool {
+        self.status.is_some_and(RunStatus::is_terminal)
+    }
+
+    pub fn workflow(&self) -> Option<&WorkflowName> {
+        self.workflow.as_ref()
+    }
+
+    pub fn workflow_version(&self) -> &str {
+        &self.workflow_version
+    }
+
+    pub fn inputs(&self) -> &Value {
+        &self.inputs
+    }
+
+    pub fn budget_usd(&self) -> Option<f64> {
+        self.budget_usd
+    }
+
+    /// When the whole run times out.
+    pub fn timeout_at(&self) -> Option<DateTime<Utc>> {
+        self.timeout_at
+    }
+
+    /// The step of the parent run, for a sub-workflow run.
+    pub fn parent(&self) -> Option<&ParentRef> {
+        self.parent.as_ref()
+    }
+
+    /// One step's state; `None` for a step that was never scheduled.
+    pub fn step(&self, step_id: &StepId) -> Option<&StepState> {
+        self.steps.get(step_id)
+    }
+
+    /// Every step that was scheduled, by id.
+    pub fn steps(&self) -> &BTreeMap<StepId, StepState> {
+        &self.steps
+    }
+
+    /// Every attempt of a step, first to latest (empty for an unknown step).
+    pub fn attempts(&self, step_id: &StepId) -> &[Attempt] {
+        self.attempts.get(step_id).map_or(&[], Vec::as_slice)
+    }
+
+    /// The steps with an attempt started and no outcome yet.
+    pub fn running_steps(&self) -> impl Iterator<Item = (&StepId, &StepState)> {
+        self.steps_in(StepPhase::Running)
+    }
+
+    /// The steps waiting for their due time.
+    pub fn scheduled_steps(&self) -> impl Iterator<Item = (&StepId, &StepState)> {
+        self.steps_in(StepPhase::Scheduled)
+    }
+
+    fn steps_in(&self, phase: StepPhase) -> impl Iterator<Item = (&StepId, &StepState)> {
+        self.steps.iter().filter(move |(_, s)| s.phase() == phase)
+    }
+
+    /// The recorded output of a succeeded step: what replay uses instead of running it.
+    pub fn succeeded_output(&self, step_id: &StepId) -> Option<&Value> {
+        match self.steps.get(step_id) {
+            Some(StepState::Succeeded { output, .. }) => Some(output),
+            _ => None,
+        }
+    }
+
+    /// The succeeded steps, in the order they succeeded.
+    pub fn succeeded_steps(&self) -> &[StepId] {
+        &self.succeeded_order
+    }
+
+    /// Every gate, in the order they were opened.
+    pub fn gates(&self) -> &[Gate] {
+        &self.gates
+    }
+
+    pub fn gate(&self, gate_id: &GateId) -> Option<&Gate> {
+        self.gates.iter().find(|g| &g.gate_id == gate_id)
+    }
+
+    /// The gates nobody has decided yet, in the order they were opened.
+    pub fn open_gates(&self) -> impl Iterator<Item = &Gate> {
+        self.gates.iter().filter(|g| g.is_open())
+    }
+
+    /// What the run has spent so far.
+    pub fn total_cost_usd(&self) -> f64 {
+        self.total_cost_usd
+    }
+
+    pub fn total_tokens(&self) -> u64 {
+        self.total_tokens
+    }
+
+    /// When the total first went over the budget.
+    pub fn budget_exceeded_at(&self) -> Option<DateTime<Utc>> {
+        self.budget_exceeded_at
+    }
+
+    /// The saga, once compensation started.
+    pub fn compensation(&self) -> Option<&Compensation> {
+        self.compensation.as_ref()
+    }
+
+    /// How a finished run ended.
+    pub fn outcome(&self) -> Option<&RunOutcome> {
+        self.outcome.as_ref()
+    }
+
+    pub fn started_at(&self) -> Option<DateTime<Utc>> {
+        self.started_at
+    }
+
+    /// The time of the last event.
+    pub fn updated_at(&self) -> Option<DateTime<Utc>> {
+        self.updated_at
+    }
+
+    /// Whether something went wrong that a saga may answer at `at`: a step failed, a
+    /// gate was rejected or expired, the budget was exceeded, or the deadline passed.
+    pub fn has_failure(&self, at: DateTime<Utc>) -> bool {
+        self.steps.values().any(|s| s.phase() == StepPhase::Failed)
+            || self.gates.iter().any(|g| {
+                matches!(
+                    g.decision,
+                    Some(GateDecision::Rejected { .. } | GateDecision::Expired { .. })
+                )
+            })
+            || self.budget_exceeded_at.is_some()
+            || self.timeout_at.is_some_and(|deadline| at >= deadline)
+    }
+
+    fn attempt_mut(&mut self, step_id: &StepId, attempt: u32, at: DateTime<Utc>) -> &mut Attempt {
+        let attempts = self.attempts.entry(step_id.clone()).or_default();
+        let index = match attempts.iter().position(|a| a.attempt == attempt) {
+            Some(index) => index,
+            None => {
+                attempts.push(Attempt::scheduled(attempt, at, None, at));
+                attempts.len() - 1
+            }
+        };
+        &mut attempts[index]
+    }
+
+    /// The attempt record of the step's current attempt, if the step is known.
+    fn current_attempt_mut(&mut self, step_id: &StepId, at: DateTime<Utc>) -> Option<&mut Attempt> {
+        let attempt = self.steps.get(step_id)?.attempt();
+        Some(self.attempt_mut(step_id, attempt, at))
+    }
+
+    /// RUNNING and WAITING follow from the steps and gates: WAITING while a gate is open
+    /// and no step runs.
+    fn settle(&mut self) {
+        if self.status.is_some_and(RunStatus::is_active) {
+            let running = self.running_steps().next().is_some();
+            let gate_open = self.open_gates().next().is_some();
+            self.status = Some(if gate_open && !running {
+                RunStatus::Waiting
+            } else {
+                RunStatus::Running
+            });
+        }
+    }
+
+    /// The run stopped: no failed attempt can be followed by another one.
+    fn finalize_failures(&mut self) {
+        for state in self.steps.values_mut() {
+            if let StepState::Failed { is_final, .. } = state {
+                *is_final = true;
+            }
+        }
+    }
+
+    fn end(&mut self, outcome: RunOutcome) {
+        self.status = Some(outcome.status());
+        self.outcome = Some(outcome);
+        self.finalize_failures();
+    }
+}
+
+impl Aggregate for Run {
+    const TYPE: &'static str = "run";
+    type Command = RunCommand;
+    type Event = RunEvent;
+    type Error = RunError;
+    type Services = ();
+
+    async fn handle(
+        &mut self,
+        command: Self::Command,
+        _services: &Self::Services,
+        sink: &EventSink<Self>,
+    ) -> Result<(), Self::Error> {
+        crate::domain::handle_with(self, command, sink).await
+    }
+
+    fn apply(&mut self, event: Self::Event) {
+        self.updated_at = Some(event.at());
+        match event {
+            RunEvent::Started {
+                run_id,
+                workflow,
+                workflow_version,
+                inputs,
+                budget_usd,
+                timeout_at,
+                parent,
+                at,
+            } => {
+                *self = Run {
+                    run_id: Some(run_id),
+                    status: Some(RunStatus::Running),
+                    workflow: Some(workflow),
+                    workflow_version,
+                    inputs,
+                    budget_usd,
+                    timeout_at,
+                    parent,
+                    started_at: Some(at),
+                    updated_at: Some(at),
+                    ..Run::default()
+                };
+            }
+            RunEvent::StepScheduled {
+                step_id,
+                attempt,
+                due_at,
+                at,
+            } => {
+                self.steps
+                    .insert(step_id.clone(), StepState::Scheduled { attempt, due_at });
+                self.attempts
+                    .entry(step_id)
+                    .or_default()
+                    .push(Attempt::scheduled(attempt, due_at, None, at));
+            }
+            RunEvent::StepStarted {
+                step_id,
+                attempt,
+                idempotency_key,
+                timeout_at,
+                at,
+            } => {
+                let restart = matches!(
+                    self.steps.get(&step_id),
+                    Some(StepState::Running { attempt: running, .. }) if *running == attempt
+                );
+                let record = self.attempt_mut(&step_id, attempt, at);
+                record.timeout_at = timeout_at;
+                record.idempotency_key = Some(idempotency_key.clone());
+                if restart && record.started_at.is_some() {
+                    record.restarted_at.push(at);
+                } else {
+                    record.started_at = Some(at);
+                }
+                let started_at = record.started_at.unwrap_or(at);
+                self.steps.insert(
+                    step_id,
+                    StepState::Running {
+                        attempt,
+                        idempotency_key,
+                        started_at,
+                        timeout_at,
+                    },
+                );
+            }
+            RunEvent::StepSucceeded {
+                step_id,
+                attempt,
+                output,
+                cost_usd,
+                tokens,
+                at,
+            } => {
+                let record = self.attempt_mut(&step_id, attempt, at);
+                record.ended_at = Some(at);
+                record.outcome = Some(AttemptOutcome::Succeeded);
+                record.cost_usd = cost_usd;
+                record.tokens = tokens;
+                self.succeeded_order.retain(|s| s != &step_id);
+                self.succeeded_order.push(step_id.clone());
+                self.steps
+                    .insert(step_id, StepState::Succeeded { attempt, output });
+            }
+            RunEvent::StepFailed {
+                step_id,
+                attempt,
+                error,
+                at,
+            } => {
+                let record = self.attempt_mut(&step_id, attempt, at);
+                record.ended_at = Some(at);
+                record.outcome = Some(AttemptOutcome::Failed);
+                record.error = Some(error.clone());
+                self.steps.insert(
+                    step_id,
+                    StepState::Failed {
+                        attempt,
+                        error,
+                        is_final: false,
+                    },
+                );
+            }
+            RunEvent::StepRetried {
+                step_id,
+                next_attempt,
+                due_at,
+                backoff_ms,
+                at,
+            } => {
+                self.attempts
+                    .entry(step_id.clone())
+                    .or_default()
+                    .push(Attempt::scheduled(
+                        next_attempt,
+                        due_at,
+                        Some(backoff_ms),
+                        at,
+                    ));
+                self.steps.insert(
+                    step_id,
+                    StepState::Scheduled {
+                        attempt: next_attempt,
+                        due_at,
+                    },
+                );
+            }
+            RunEvent::StepSkipped {
+                step_id,
+                reason,
+                at,
+            } => {
+                let attempt = self.steps.get(&step_id).map_or(1, StepState::attempt);
+                if let Some(record) = self.current_attempt_mut(&step_id, at)
+                    && record.outcome.is_none()
+                {
+                    record.ended_at = Some(at);
+                    record.outcome = Some(AttemptOutcome::Skipped);
+                }
+                self.steps
+                    .insert(step_id, StepState::Skipped { attempt, reason });
+            }
+            RunEvent::RecoveryApplied {
+                step_id,
+                action,
+                at,
+                ..
+            } => {
+                let aborts = action == RecoveryAction::Abort;
+                if let Some(record) = self.current_attempt_mut(&step_id, at) {
+                    record.recovery = Some(action);
+                }
+                if aborts
+                    && let Some(StepState::Failed { is_final, .. }) = self.steps.get_mut(&step_id)
+                {
+                    *is_final = true;
+                }
+            }
+            RunEvent::GateOpened {
+                gate_id,
+                step_id,
+                approvers,
+                message,
+                expires_at,
+                at,
+            } => {
+                self.gates.push(Gate {
+                    gate_id,
+                    step_id,
+                    approvers,
+                    message,
+                    opened_at: at,
+                    expires_at,
+                    decision: None,
+                });
+            }
+            RunEvent::GateApproved {
+                gate_id,
+                by,
+                comment,
+                at,
+            } => self.decide_gate(&gate_id, GateDecision::Approved { by, comment, at }),
+            RunEvent::GateRejected {
+                gate_id,
+                by,
+                comment,
+                at,
+            } => self.decide_gate(&gate_id, GateDecision::Rejected { by, comment, at }),
+            RunEvent::GateExpired { gate_id, at } => {
+                self.decide_gate(&gate_id, GateDecision::Expired { at })
+            }
+            RunEvent::CostCharged {
+                tokens, total_usd, ..
+            } => {
+                self.total_cost_usd = total_usd;
+                self.total_tokens = self.total_tokens.saturating_add(tokens);
+            }
+            RunEvent::BudgetExceeded { at, .. } => {
+                self.budget_exceeded_at.get_or_insert(at);
+            }
+            RunEvent::CompensationStarted { reason, steps, at } => {
+                self.status = Some(RunStatus::Compensating);
+                self.compensation = Some(Compensation {
+                    reason,
+                    steps,
+                    ran: Vec::new(),
+                    started_at: at,
+                });
+                self.finalize_failures();
+            }
+            RunEvent::CompensationStepRan {
+                step_id,
+                succeeded,
+                error,
+                at,
+            } => {
+                if let Some(compensation) = &mut self.compensation {
+                    compensation.ran.push(CompensationRan {
+                        step_id,
+                        succeeded,
+                        error,
+                        at,
+                    });
+                }
+            }
+            RunEvent::Completed { outputs, at } => {
+                self.end(RunOutcome::Succeeded { outputs, at });
+            }
+            RunEvent::Failed {
+                reason,
+                error_class,
+                at,
+            } => self.end(RunOutcome::Failed {
+                reason,
+                error_class,
+                at,
+            }),
+            RunEvent::Cancelled { by, reason, at } => {
+                self.end(RunOutcome::Cancelled { by, reason, at });
+            }
+        }
+        self.settle();
+    }
+}
+
+impl Run {
+    fn decide_gate(&mut self, gate_id: &GateId, decision: GateDecision) {
+        if let Some(gate) = self.gates.iter_mut().find(|g| &g.gate_id == gate_id) {
+            gate.decision = Some(decision);
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! What can be asked of a run. The executor issues most commands; people approve,
+//! reject and cancel. Every command carries the time it was issued (`at`), and the
+//! actor (`by`) where the event records who acted. Ids and idempotency keys come in
+//! commands too: deciding never invents anything.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
+
+use super::types::{ErrorClass, ParentRef, RecoveryAction, StepError};
+
+/// A request to change one run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunCommand {
+    /// Begin a run of one workflow version.
+    Start {
+        run_id: RunId,
+        workflow: WorkflowName,
+        workflow_version: String,
+        inputs: Value,
+        budget_usd: Option<f64>,
+        timeout_at: Option<DateTime<Utc>>,
+        parent: Option<ParentRef>,
+        at: DateTime<Utc>,
+    },
+    /// Queue a step for its first attempt.
+    ScheduleStep {
+        step_id: StepId,
+        due_at: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
+    /// Begin (or, after a crash, begin again) the step's current attempt.
+    StartStep {
+        step_id: StepId,
+        attempt: u32,
+        idempotency_key: String,
+        timeout_at: Option<DateTime<Utc>>,
+        at: DateTime<Utc>,
+    },
+    /// Record the output of a running attempt. A reported cost is charged to the run
+    /// in the same decision (`run.cost_charged`, and `run.budget_exceeded` if it goes over).
+    SucceedStep {
+        step_id: StepId,
+        attempt: u32,
+        output: Value,
+        cost_usd: Option<f64>,
+        tokens: Option<u64>,
+        at: DateTime<Utc>,
+    },
+    /// Record the classified failure of a running attempt.
+    FailStep {
+        step_id: StepId,
+        attempt: u32,
+        error: StepError,
+        at: DateTime<Utc>,
+    },
+    /// Queue the next attempt of a failed step, `backoff_ms` after `at`.
+    RetryStep {
+        step_id: StepId,
+        backoff_ms: u64,
+        at: DateTime<Utc>,
+    },
+    /// Give up a scheduled step, or a failed one whose `on_error` is `skip`.
+    SkipStep {
+        step_id: StepId,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    /// Record what the error handler does about the step's failed attempt; the error
+    /// class is the one that attempt failed with.
+    ApplyRecovery {
+        step_id: StepId,
+        action: RecoveryAction,
+        at: DateTime<Utc>,
+    },
+    OpenGate {
+        gate_id: GateId,
+        step_id: StepId,
+        approvers: Vec<String>,
+        message: String,
+        expires_at: Option<DateTime<Utc>>,
+        at: DateTime<Utc>,
+    },
+    ApproveGate {
+        gate_id: GateId,
+        by: String,
+        comment: Option<String>,
+        at: DateTime<Utc>,
+    },
+    RejectGate {
+        gate_id: GateId,
+        by: String,
+        comment: String,
+        at: DateTime<Utc>,
+    },
+    /// Close a gate nobody decided, once its expiry has passed.
+    ExpireGate {
+        gate_id: GateId,
+        at: DateTime<Utc>,
+    },
+    /// Charge money and tokens to the run, for a step or for the run itself.
+    ChargeCost {
+        step_id: Option<StepId>,
+        usd: f64,
+        tokens: u64,
+        at: DateTime<Utc>,
+    },
+    /// Start failing the run: `steps` are the succeeded steps that have a
+    /// compensation, most recently succeeded first.
+    StartCompensation {
+        reason: String,
+        steps: Vec<StepId>,
+        at: DateTime<Utc>,
+    },
+    /// Record that the next compensation ran.
+    RecordCompensationStep {
+        step_id: StepId,
+        succeeded: bool,
+        error: Option<String>,
+        at: DateTime<Utc>,
+    },
+    Complete {
+        outputs: Value,
+        at: DateTime<Utc>,
+    },
+    Fail {
+        reason: String,
+        error_class: Option<ErrorClass>,
+        at: DateTime<Utc>,
+    },
+    Cancel {
+        by: String,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+}
+
+impl RunCommand {
+    /// What the command attempts, for error messages.
+    pub fn action(&self) -> RunAction {
+        match self {
+            Self::Start { .. } => RunAction::Start,
+            Self::ScheduleStep { .. } => RunAction::ScheduleStep,
+            Self::StartStep { .. } => RunAction::StartStep,
+            Self::SucceedStep { .. } => RunAction::SucceedStep,
+            Self::FailStep { .. } => RunAction::FailStep,
+            Self::RetryStep { .. } => RunAction::RetryStep,
+            Self::SkipStep { .. } => RunAction::SkipStep,
+            Self::ApplyRecovery { .. } => RunAction::ApplyRecovery,
+            Self::OpenGate { .. } => RunAction::OpenGate,
+            Self::ApproveGate { .. } => RunAction::ApproveGate,
+            Self::RejectGate { .. } => RunAction::RejectGate,
+            Self::ExpireGate { .. } => RunAction::ExpireGate,
+            Self::ChargeCost { .. } => RunAction::ChargeCost,
+            Self::StartCompensation { .. } => RunAction::StartCompensation,
+            Self::RecordCompensationStep { .. } => RunAction::RecordCompensationStep,
+            Self::Complete { .. } => RunAction::Complete,
+            Self::Fail { .. } => RunAction::Fail,
+            Self::Cancel { .. } => RunAction::Cancel,
+        }
+    }
+}
+
+/// The kind of a [`RunCommand`], without its data: what an error says was attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunAction {
+    Start,
+    ScheduleStep,
+    StartStep,
+    SucceedStep,
+    FailStep,
+    RetryStep,
+    SkipStep,
+    ApplyRecovery,
+    OpenGate,
+    ApproveGate,
+    RejectGate,
+    ExpireGate,
+    ChargeCost,
+    StartCompensation,
+    RecordCompensationStep,
+    Complete,
+    Fail,
+    Cancel,
+}
+
+impl RunAction {
+    /// The verb alone, for "cannot start step `build`".
+    pub fn verb(self) -> &'static str {
+        match self {
+            Self::Start | Self::StartStep => "start",
+            Self::ScheduleStep => "schedule",
+            Self::SucceedStep => "succeed",
+            Self::FailStep | Self::Fail => "fail",
+            Self::RetryStep => "retry",
+            Self::SkipStep => "skip",
+            Self::ApplyRecovery => "apply a recovery to",
+            Self::OpenGate => "open a gate on",
+            Self::ApproveGate => "approve",
+            Self::RejectGate => "reject",
+            Self::ExpireGate => "expire",
+            Self::ChargeCost => "charge cost to",
+            Self::StartCompensation => "start compensation",
+            Self::RecordCompensationStep => "record the compensation of",
+            Self::Complete => "complete",
+            Self::Cancel => "cancel",
+        }
+    }
+}
+
+impl fmt::Display for RunAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Start => "start the run",
+            Self::ScheduleStep => "schedule a step",
+            Self::StartStep => "start a step",
+            Self::SucceedStep => "succeed a step",
+            Self::FailStep => "fail a step",
+            Self::RetryStep => "retry a step",
+            Self::SkipStep => "skip a step",
+            Self::ApplyRecovery => "apply a recovery",
+            Self::OpenGate => "open a gate",
+            Self::ApproveGate => "approve a gate",
+            Self::RejectGate => "reject a gate",
+            Self::ExpireGate => "expire a gate",
+            Self::ChargeCost => "charge cost",
+            Self::StartCompensation => "start compensation",
+            Self::RecordCompensationStep => "record a compensation",
+            Self::Complete => "complete",
+            Self::Fail => "fail",
+            Self::Cancel => "cancel",
+        })
+    }
+}

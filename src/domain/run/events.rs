@@ -1,0 +1,228 @@
+//! The events of a `run` stream: a permanent wire format.
+//!
+//! Each variant's serde tag is its dotted event type (`run.step_started`), which the
+//! store keeps as the row's event type while the inner object becomes the payload.
+//! Renaming a tag or reshaping a payload therefore needs a new schema version and an
+//! upcaster.
+
+use chrono::{DateTime, Utc};
+use cqrs_es::DomainEvent;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
+
+use super::types::{ErrorClass, ParentRef, RecoveryAction, StepError};
+
+/// Something that happened in one workflow run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RunEvent {
+    /// The run began: the workflow version it runs, its inputs and its limits.
+    #[serde(rename = "run.started")]
+    Started {
+        run_id: RunId,
+        workflow: WorkflowName,
+        workflow_version: String,
+        inputs: Value,
+        budget_usd: Option<f64>,
+        timeout_at: Option<DateTime<Utc>>,
+        /// The step of another run this run is a sub-workflow of.
+        parent: Option<ParentRef>,
+        at: DateTime<Utc>,
+    },
+    /// A step was queued for its first attempt, to start at `due_at`.
+    #[serde(rename = "run.step_scheduled")]
+    StepScheduled {
+        step_id: StepId,
+        attempt: u32,
+        due_at: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
+    /// A worker began an attempt. The same attempt may be started again with the same
+    /// idempotency key when its worker died before recording an outcome (at-least-once).
+    #[serde(rename = "run.step_started")]
+    StepStarted {
+        step_id: StepId,
+        attempt: u32,
+        idempotency_key: String,
+        timeout_at: Option<DateTime<Utc>>,
+        at: DateTime<Utc>,
+    },
+    /// An attempt succeeded; `output` is what later steps read, on replay too.
+    #[serde(rename = "run.step_succeeded")]
+    StepSucceeded {
+        step_id: StepId,
+        attempt: u32,
+        output: Value,
+        /// What this attempt reported; the run's total moves with `run.cost_charged`.
+        cost_usd: Option<f64>,
+        tokens: Option<u64>,
+        at: DateTime<Utc>,
+    },
+    /// An attempt failed, with its classified error.
+    #[serde(rename = "run.step_failed")]
+    StepFailed {
+        step_id: StepId,
+        attempt: u32,
+        error: StepError,
+        at: DateTime<Utc>,
+    },
+    /// A failed step was queued again for `next_attempt` after a back-off.
+    #[serde(rename = "run.step_retried")]
+    StepRetried {
+        step_id: StepId,
+        next_attempt: u32,
+        due_at: DateTime<Utc>,
+        backoff_ms: u64,
+        at: DateTime<Utc>,
+    },
+    /// A scheduled step will not run, or a failed one is given up without failing the run.
+    #[serde(rename = "run.step_skipped")]
+    StepSkipped {
+        step_id: StepId,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    /// The error handler chose what to do about a failed attempt.
+    #[serde(rename = "run.recovery_applied")]
+    RecoveryApplied {
+        step_id: StepId,
+        error_class: ErrorClass,
+        action: RecoveryAction,
+        at: DateTime<Utc>,
+    },
+    /// A person must approve before the step goes on.
+    #[serde(rename = "run.gate_opened")]
+    GateOpened {
+        gate_id: GateId,
+        step_id: StepId,
+        /// Who may decide; empty means anyone allowed to decide gates.
+        approvers: Vec<String>,
+        message: String,
+        expires_at: Option<DateTime<Utc>>,
+        at: DateTime<Utc>,
+    },
+    #[serde(rename = "run.gate_approved")]
+    GateApproved {
+        gate_id: GateId,
+        by: String,
+        comment: Option<String>,
+        at: DateTime<Utc>,
+    },
+    #[serde(rename = "run.gate_rejected")]
+    GateRejected {
+        gate_id: GateId,
+        by: String,
+        comment: String,
+        at: DateTime<Utc>,
+    },
+    /// Nobody decided before the gate's expiry.
+    #[serde(rename = "run.gate_expired")]
+    GateExpired { gate_id: GateId, at: DateTime<Utc> },
+    /// Money or tokens were spent; `total_usd` is the run's total after this charge.
+    #[serde(rename = "run.cost_charged")]
+    CostCharged {
+        step_id: Option<StepId>,
+        usd: f64,
+        tokens: u64,
+        total_usd: f64,
+        at: DateTime<Utc>,
+    },
+    /// The run's total went over its budget (recorded once, by the charge that did it).
+    #[serde(rename = "run.budget_exceeded")]
+    BudgetExceeded {
+        budget_usd: f64,
+        total_usd: f64,
+        at: DateTime<Utc>,
+    },
+    /// The run is failing: the compensations of `steps` run next, in this order.
+    #[serde(rename = "run.compensation_started")]
+    CompensationStarted {
+        reason: String,
+        steps: Vec<StepId>,
+        at: DateTime<Utc>,
+    },
+    /// The compensation of one step ran.
+    #[serde(rename = "run.compensation_step_ran")]
+    CompensationStepRan {
+        step_id: StepId,
+        succeeded: bool,
+        error: Option<String>,
+        at: DateTime<Utc>,
+    },
+    /// The run finished successfully with these outputs.
+    #[serde(rename = "run.completed")]
+    Completed { outputs: Value, at: DateTime<Utc> },
+    /// The run failed for good.
+    #[serde(rename = "run.failed")]
+    Failed {
+        reason: String,
+        error_class: Option<ErrorClass>,
+        at: DateTime<Utc>,
+    },
+    /// Someone stopped the run.
+    #[serde(rename = "run.cancelled")]
+    Cancelled {
+        by: String,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+}
+
+impl RunEvent {
+    /// When the event happened (the time carried by the command that caused it).
+    pub fn at(&self) -> DateTime<Utc> {
+        match self {
+            Self::Started { at, .. }
+            | Self::StepScheduled { at, .. }
+            | Self::StepStarted { at, .. }
+            | Self::StepSucceeded { at, .. }
+            | Self::StepFailed { at, .. }
+            | Self::StepRetried { at, .. }
+            | Self::StepSkipped { at, .. }
+            | Self::RecoveryApplied { at, .. }
+            | Self::GateOpened { at, .. }
+            | Self::GateApproved { at, .. }
+            | Self::GateRejected { at, .. }
+            | Self::GateExpired { at, .. }
+            | Self::CostCharged { at, .. }
+            | Self::BudgetExceeded { at, .. }
+            | Self::CompensationStarted { at, .. }
+            | Self::CompensationStepRan { at, .. }
+            | Self::Completed { at, .. }
+            | Self::Failed { at, .. }
+            | Self::Cancelled { at, .. } => *at,
+        }
+    }
+}
+
+impl DomainEvent for RunEvent {
+    fn event_type(&self) -> String {
+        match self {
+            Self::Started { .. } => "run.started",
+            Self::StepScheduled { .. } => "run.step_scheduled",
+            Self::StepStarted { .. } => "run.step_started",
+            Self::StepSucceeded { .. } => "run.step_succeeded",
+            Self::StepFailed { .. } => "run.step_failed",
+            Self::StepRetried { .. } => "run.step_retried",
+            Self::StepSkipped { .. } => "run.step_skipped",
+            Self::RecoveryApplied { .. } => "run.recovery_applied",
+            Self::GateOpened { .. } => "run.gate_opened",
+            Self::GateApproved { .. } => "run.gate_approved",
+            Self::GateRejected { .. } => "run.gate_rejected",
+            Self::GateExpired { .. } => "run.gate_expired",
+            Self::CostCharged { .. } => "run.cost_charged",
+            Self::BudgetExceeded { .. } => "run.budget_exceeded",
+            Self::CompensationStarted { .. } => "run.compensation_started",
+            Self::CompensationStepRan { .. } => "run.compensation_step_ran",
+            Self::Completed { .. } => "run.completed",
+            Self::Failed { .. } => "run.failed",
+            Self::Cancelled { .. } => "run.cancelled",
+        }
+        .to_string()
+    }
+
+    fn event_version(&self) -> String {
+        "1".to_string()
+    }
+}

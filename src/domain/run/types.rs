@@ -1,0 +1,145 @@
+//! The values carried inside run events: error classes, step errors, recovery actions
+//! and the parent of a sub-workflow run. They are part of the wire format.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::ids::{GateId, RunId, StepId};
+
+/// What kind of failure a step met; it selects the error handler (DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    Network,
+    RateLimit,
+    Authentication,
+    Dependency,
+    Validation,
+    Timeout,
+    Budget,
+    Unknown,
+}
+
+impl ErrorClass {
+    pub const ALL: [ErrorClass; 8] = [
+        Self::Network,
+        Self::RateLimit,
+        Self::Authentication,
+        Self::Dependency,
+        Self::Validation,
+        Self::Timeout,
+        Self::Budget,
+        Self::Unknown,
+    ];
+
+    /// The name used on the wire, in workflow files and in messages (`rate_limit`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Network => "network",
+            Self::RateLimit => "rate_limit",
+            Self::Authentication => "authentication",
+            Self::Dependency => "dependency",
+            Self::Validation => "validation",
+            Self::Timeout => "timeout",
+            Self::Budget => "budget",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is not one of the [`ErrorClass`]es.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown error class {0:?} (expected one of network, rate_limit, authentication, \
+     dependency, validation, timeout, budget, unknown)"
+)]
+pub struct UnknownErrorClass(pub String);
+
+impl FromStr for ErrorClass {
+    type Err = UnknownErrorClass;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|class| class.as_str() == s)
+            .ok_or_else(|| UnknownErrorClass(s.to_string()))
+    }
+}
+
+/// Why one attempt of a step failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepError {
+    pub class: ErrorClass,
+    pub message: String,
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.class, self.message)
+    }
+}
+
+/// What an error handler does about a failed attempt (DESIGN §4, self-healing).
+///
+/// On the wire an object tagged by `kind`: `{"kind": "fallback", "tool": "curl"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RecoveryAction {
+    /// Try again at once.
+    Retry,
+    /// Try again after the step's back-off.
+    RetryWithBackoff,
+    /// Try again with a longer step timeout.
+    IncreaseTimeout { new_timeout_seconds: u64 },
+    /// Run the configured authentication hook, then try again.
+    RefreshAuth,
+    /// Try again with another tool.
+    Fallback { tool: String },
+    /// Ask a person: the gate `gate_id` is opened for the step.
+    Escalate { gate_id: GateId },
+    /// Give up: the failure is final and the run fails.
+    Abort,
+}
+
+impl RecoveryAction {
+    /// The `kind` on the wire (`retry_with_backoff`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::RetryWithBackoff => "retry_with_backoff",
+            Self::IncreaseTimeout { .. } => "increase_timeout",
+            Self::RefreshAuth => "refresh_auth",
+            Self::Fallback { .. } => "fallback",
+            Self::Escalate { .. } => "escalate",
+            Self::Abort => "abort",
+        }
+    }
+}
+
+impl fmt::Display for RecoveryAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::IncreaseTimeout {
+                new_timeout_seconds,
+            } => write!(f, "increase_timeout to {new_timeout_seconds} s"),
+            Self::Fallback { tool } => write!(f, "fallback to `{tool}`"),
+            Self::Escalate { gate_id } => write!(f, "escalate to gate {gate_id}"),
+            other => f.write_str(other.kind()),
+        }
+    }
+}
+
+/// The step of a parent run that started this run as a sub-workflow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentRef {
+    pub run_id: RunId,
+    pub step_id: StepId,
+}
