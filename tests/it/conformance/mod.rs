@@ -3,6 +3,7 @@
 //! exactly the same behaviour.
 
 mod appends;
+mod cli;
 mod concurrency;
 mod durability;
 mod tailing;
@@ -42,4 +43,8 @@ suite!(
     durability::reopening_the_store_finds_everything,
     durability::migrations_are_idempotent,
     durability::corrupt_rows_are_errors_that_name_the_event,
+    cli::migrate_is_idempotent_from_the_command_line,
+    cli::events_prints_the_log_filtered,
+    cli::events_refuses_bad_arguments_with_a_reason,
+    cli::events_follow_prints_what_is_appended_later,
 );
