@@ -1,10 +1,13 @@
 //! Deciding what an append batch writes, without touching the database.
 //!
-//! Both backends read the log head and the current version of every stream in the
-//! batch (under their write lock), then call [`plan`], which checks each request's
-//! expected version, assigns versions and dense global positions, and says which
-//! requests conflict. Keeping this pure means the two stores cannot disagree on the
-//! rules, and the rules are unit-tested without a database.
+//! The SQLite backend reads the log head and the current version of every stream in
+//! the batch (inside its `BEGIN IMMEDIATE` transaction), then calls [`plan`], which
+//! checks each request's expected version, assigns versions and dense global
+//! positions, and says which requests conflict. The Postgres backend applies the same
+//! rules inside `awl_append()` (migration 0002), so that an append is one round trip;
+//! the conformance suite holds both to the same behaviour, and these rules are
+//! unit-tested here without a database. [`validate`] (what is refused before any
+//! database is asked) is shared by both.
 
 use std::collections::HashMap;
 

@@ -1,0 +1,16 @@
+# awl in a container: a release build, then a slim runtime image.
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY migrations ./migrations
+COPY benches ./benches
+RUN cargo build --release --locked --bin awl
+
+FROM debian:bookworm-slim
+RUN useradd --system --create-home --home-dir /var/lib/awl awl
+COPY --from=build /src/target/release/awl /usr/local/bin/awl
+USER awl
+WORKDIR /var/lib/awl
+ENTRYPOINT ["awl"]
+CMD ["events", "--follow"]
