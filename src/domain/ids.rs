@@ -177,6 +177,11 @@ uuid_id!(
     QuestionId,
     "question id"
 );
+uuid_id!(
+    /// One learned workflow proposal inside a `workflow` stream.
+    ProposalId,
+    "proposal id"
+);
 name_id!(
     /// An agent's name (the id of an `agent` stream).
     AgentId,
