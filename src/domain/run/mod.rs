@@ -20,6 +20,8 @@ mod decide;
 mod error;
 mod events;
 mod state;
+#[cfg(test)]
+mod tests;
 mod types;
 
 use std::collections::BTreeMap;
