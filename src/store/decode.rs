@@ -20,7 +20,7 @@ pub(crate) struct RawEvent {
     pub event_type: String,
     pub event_version: i32,
     pub payload: RawJson,
-    pub metadata: RawJson,
+    pub metadata: RawMetadata,
     pub recorded_at: DateTime<Utc>,
 }
 
@@ -31,11 +31,23 @@ pub(crate) enum RawJson {
     Text(String),
 }
 
-impl RawJson {
-    fn into_value(self) -> Result<Value, String> {
+/// Metadata as the backend hands it over: decoded straight from JSONB (Postgres; an
+/// error means the shape is wrong), or as text (SQLite).
+pub(crate) enum RawMetadata {
+    Decoded(Result<Metadata, String>),
+    Text(String),
+}
+
+impl RawMetadata {
+    fn into_metadata(self) -> Result<Metadata, String> {
+        let shape = |e: String| format!("metadata has the wrong shape: {e}");
         match self {
-            RawJson::Parsed(v) => Ok(v),
-            RawJson::Text(t) => serde_json::from_str(&t).map_err(|e| e.to_string()),
+            RawMetadata::Decoded(m) => m.map_err(shape),
+            RawMetadata::Text(t) => {
+                let value: Value = serde_json::from_str(&t)
+                    .map_err(|e| format!("metadata is not valid JSON: {e}"))?;
+                serde_json::from_value(value).map_err(|e| shape(e.to_string()))
+            }
         }
     }
 }
@@ -67,10 +79,8 @@ impl RawEvent {
         };
         let metadata = self
             .metadata
-            .into_value()
-            .map_err(|e| corrupt(&stream, format!("metadata is not valid JSON: {e}")))?;
-        let metadata: Metadata = serde_json::from_value(metadata)
-            .map_err(|e| corrupt(&stream, format!("metadata has the wrong shape: {e}")))?;
+            .into_metadata()
+            .map_err(|e| corrupt(&stream, e))?;
         let (event_version, payload) = upcasters
             .upcast(&self.event_type, self.event_version, payload)
             .map_err(|e| corrupt(&stream, e.to_string()))?;
@@ -93,7 +103,7 @@ mod tests {
     use crate::log::Upcaster;
     use serde_json::json;
 
-    fn raw(payload: RawJson, metadata: RawJson) -> RawEvent {
+    fn raw(payload: RawJson, metadata: RawMetadata) -> RawEvent {
         RawEvent {
             position: 7,
             stream_type: "task".into(),
@@ -111,7 +121,7 @@ mod tests {
     fn decodes_text_and_parsed_json() {
         let e = raw(
             RawJson::Text("{\"a\":1}".into()),
-            RawJson::Parsed(json!({"actor": "ada"})),
+            RawMetadata::Decoded(Ok(Metadata::actor("ada"))),
         )
         .decode(&Upcasters::default())
         .unwrap();
@@ -124,7 +134,7 @@ mod tests {
     fn corrupt_rows_name_the_event() {
         let err = raw(
             RawJson::Text("{not json".into()),
-            RawJson::Text("{}".into()),
+            RawMetadata::Text("{}".into()),
         )
         .decode(&Upcasters::default())
         .unwrap_err();
@@ -135,14 +145,26 @@ mod tests {
             ),
             "{text}"
         );
-        let err = raw(RawJson::Text("{}".into()), RawJson::Parsed(json!([1])))
+        for metadata in [
+            RawMetadata::Text("[1]".into()),
+            RawMetadata::Decoded(Err("invalid type: sequence".into())),
+        ] {
+            let err = raw(RawJson::Text("{}".into()), metadata)
+                .decode(&Upcasters::default())
+                .unwrap_err();
+            assert!(
+                err.to_string().contains("metadata has the wrong shape"),
+                "{err}"
+            );
+        }
+        let err = raw(RawJson::Text("{}".into()), RawMetadata::Text("{".into()))
             .decode(&Upcasters::default())
             .unwrap_err();
         assert!(
-            err.to_string().contains("metadata has the wrong shape"),
+            err.to_string().contains("metadata is not valid JSON"),
             "{err}"
         );
-        let mut bad_type = raw(RawJson::Text("{}".into()), RawJson::Text("{}".into()));
+        let mut bad_type = raw(RawJson::Text("{}".into()), RawMetadata::Text("{}".into()));
         bad_type.stream_type = "job".into();
         let err = bad_type.decode(&Upcasters::default()).unwrap_err();
         assert!(err.to_string().contains("job/t1#3"), "{err}");
@@ -159,7 +181,7 @@ mod tests {
             from_version: 1,
             upcast: add_flag,
         }]);
-        let e = raw(RawJson::Parsed(json!({})), RawJson::Parsed(json!({})))
+        let e = raw(RawJson::Parsed(json!({})), RawMetadata::Text("{}".into()))
             .decode(&ups)
             .unwrap();
         assert_eq!((e.event_version, e.payload), (2, json!({"flag": true})));

@@ -16,9 +16,9 @@ use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgListener, PgPool, PgPo
 use sqlx::{PgConnection, Row};
 use tokio::sync::watch;
 
-use crate::log::{AppendRequest, Appended, EventFilter, ExpectedVersion, StreamRef};
+use crate::log::{AppendRequest, Appended, EventFilter, ExpectedVersion, Metadata, StreamRef};
 
-use super::decode::{RawEvent, RawJson};
+use super::decode::{RawEvent, RawJson, RawMetadata};
 use super::plan::{self, Atomicity};
 use super::{StoreError, migrations};
 
@@ -364,18 +364,22 @@ struct ConflictDetail {
 }
 
 fn raw_event(row: &PgRow) -> Result<RawEvent, StoreError> {
+    // By index, in the order of COLUMNS: a name lookup per column per row shows up
+    // when loading long streams.
     let get = |e: sqlx::Error| StoreError::db("decoding an event row")(e);
     Ok(RawEvent {
-        position: row.try_get("position").map_err(get)?,
-        stream_type: row.try_get("stream_type").map_err(get)?,
-        stream_id: row.try_get("stream_id").map_err(get)?,
-        version: row.try_get("version").map_err(get)?,
-        event_type: row.try_get("event_type").map_err(get)?,
-        event_version: row.try_get("event_version").map_err(get)?,
-        payload: RawJson::Parsed(row.try_get::<Value, _>("payload").map_err(get)?),
-        metadata: RawJson::Parsed(row.try_get::<Value, _>("metadata").map_err(get)?),
-        recorded_at: row
-            .try_get::<DateTime<Utc>, _>("recorded_at")
-            .map_err(get)?,
+        position: row.try_get(0).map_err(get)?,
+        stream_type: row.try_get(1).map_err(get)?,
+        stream_id: row.try_get(2).map_err(get)?,
+        version: row.try_get(3).map_err(get)?,
+        event_type: row.try_get(4).map_err(get)?,
+        event_version: row.try_get(5).map_err(get)?,
+        payload: RawJson::Parsed(row.try_get::<Value, _>(6).map_err(get)?),
+        metadata: RawMetadata::Decoded(
+            row.try_get::<sqlx::types::Json<Metadata>, _>(7)
+                .map(|m| m.0)
+                .map_err(|e| e.to_string()),
+        ),
+        recorded_at: row.try_get::<DateTime<Utc>, _>(8).map_err(get)?,
     })
 }

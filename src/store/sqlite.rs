@@ -20,7 +20,7 @@ use sqlx::{Row, SqliteConnection};
 
 use crate::log::{AppendRequest, Appended, EventFilter, StreamRef};
 
-use super::decode::{RawEvent, RawJson};
+use super::decode::{RawEvent, RawJson, RawMetadata};
 use super::plan::{self, Atomicity, Plan};
 use super::{StoreError, migrations};
 
@@ -274,7 +274,7 @@ fn raw_event(row: &SqliteRow) -> Result<RawEvent, StoreError> {
         event_type: row.try_get("event_type").map_err(get)?,
         event_version: row.try_get("event_version").map_err(get)?,
         payload: RawJson::Text(row.try_get("payload").map_err(get)?),
-        metadata: RawJson::Text(row.try_get("metadata").map_err(get)?),
+        metadata: RawMetadata::Text(row.try_get("metadata").map_err(get)?),
         recorded_at,
     })
 }
