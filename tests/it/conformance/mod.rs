@@ -2,6 +2,7 @@
 //! Postgres and once on SQLite by the `suite!` macro below, so both stores are held to
 //! exactly the same behaviour.
 
+mod aggregates;
 mod appends;
 mod cli;
 mod concurrency;
@@ -44,6 +45,11 @@ suite!(
     durability::migrations_are_idempotent,
     durability::corrupt_rows_are_errors_that_name_the_event,
     cli::migrate_is_idempotent_from_the_command_line,
+    aggregates::commands_become_plain_log_events_and_load_back,
+    aggregates::a_refused_command_appends_nothing,
+    aggregates::a_stale_aggregate_is_a_conflict,
+    aggregates::an_old_agent_registration_loads_through_its_upcaster,
+    aggregates::a_payload_of_the_wrong_shape_names_the_event,
     cli::events_prints_the_log_filtered,
     cli::events_refuses_bad_arguments_with_a_reason,
     cli::events_follow_prints_what_is_appended_later,
