@@ -6,6 +6,7 @@
 //!   upcasters). No I/O.
 //! - [`domain`]: the four aggregates (workflow, run, task, agent) as pure
 //!   `decide` / `apply` functions driven by cqrs-es. No I/O, no clock.
+//! - [`expr`]: the expression language of workflow files: CEL conditions, templates. Pure.
 //! - [`store`]: the event store over Postgres or embedded SQLite: appends with
 //!   optimistic concurrency and group commit, reads, gap-free tails, transactions.
 //!
@@ -16,5 +17,6 @@
 
 pub mod cli;
 pub mod domain;
+pub mod expr;
 pub mod log;
 pub mod store;
