@@ -20,3 +20,4 @@ pub mod domain;
 pub mod expr;
 pub mod log;
 pub mod store;
+pub mod workflow;

@@ -6,6 +6,7 @@
 
 mod events;
 mod time_arg;
+mod validate;
 
 use std::process::ExitCode;
 
@@ -33,6 +34,10 @@ enum Command {
     Migrate,
     /// Print the event log: the audit trail of everything awl has done.
     Events(events::EventsArgs),
+    /// Check workflow files: every problem, with file, line, column and field.
+    Validate(validate::ValidateArgs),
+    /// Print the JSON Schema of workflow files (for editors).
+    Schema,
 }
 
 /// Parse arguments, run the command, and turn the outcome into an exit code.
@@ -41,6 +46,7 @@ pub async fn main() -> ExitCode {
     init_tracing();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Invalid>() => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("awl: {e}");
             for cause in e.chain().skip(1) {
@@ -52,6 +58,18 @@ pub async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    // Commands that need no store.
+    match cli.command {
+        Command::Validate(args) => {
+            return if validate::run(args)? {
+                Ok(())
+            } else {
+                Err(Invalid.into())
+            };
+        }
+        Command::Schema => return validate::print_schema(),
+        _ => {}
+    }
     let location = StoreLocation::from_url_or_default(cli.database_url.as_deref())?;
     match cli.command {
         Command::Migrate => {
@@ -61,6 +79,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Events(args) => events::run(&open(&location, true).await?, args).await,
+        Command::Validate(_) | Command::Schema => Ok(()),
     }
 }
 
@@ -80,3 +99,8 @@ fn init_tracing() {
         .with_writer(std::io::stderr)
         .try_init();
 }
+
+/// A failure whose details were already printed (for example validation problems).
+#[derive(Debug, thiserror::Error)]
+#[error("invalid")]
+struct Invalid;

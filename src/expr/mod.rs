@@ -1,6 +1,6 @@
 //! The expression language of workflow files: conditions and interpolation.
 //!
-//! A workflow decides at run time whether a step runs (`when:`) and builds the text
+//! A workflow decides at run time whether a step runs (`if:`) and builds the text
 //! of prompts, commands and arguments from the run's inputs and the outputs of
 //! earlier steps. Both need a small language, and this module is it. It is
 //! [CEL](https://cel.dev) (the `cel` crate) because CEL is:

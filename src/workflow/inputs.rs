@@ -1,0 +1,246 @@
+//! A run's inputs, checked against the workflow's declaration: required ones present,
+//! defaults filled in, types right, nothing undeclared. Values given as text (`awl run
+//! --var count=3`) are read as the declared type.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::diagnostics::{Diagnostic, Diagnostics};
+use super::model::{InputSpec, InputType};
+use super::validate::CheckedWorkflow;
+use super::yaml::escape;
+
+/// How the given values arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Given {
+    /// JSON values (API, sub-workflow): types must match.
+    Json,
+    /// Text from the command line: read as the declared type.
+    Text,
+}
+
+/// One problem with the inputs; `pointer` is where the input is declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputProblem {
+    pub pointer: String,
+    pub message: String,
+}
+
+/// The inputs a run starts with, or every problem with them.
+pub fn resolve(
+    declared: &BTreeMap<String, InputSpec>,
+    given: Map<String, Value>,
+    how: Given,
+) -> Result<Map<String, Value>, Vec<InputProblem>> {
+    let mut problems = Vec::new();
+    let mut resolved = Map::new();
+    let given_names: Vec<String> = given.keys().cloned().collect();
+    for (name, value) in given {
+        let Some(spec) = declared.get(&name) else {
+            let known: Vec<&str> = declared.keys().map(String::as_str).collect();
+            problems.push(InputProblem {
+                pointer: "/inputs".into(),
+                message: if known.is_empty() {
+                    format!("unknown input `{name}`: this workflow takes no inputs")
+                } else {
+                    format!("unknown input `{name}` (declared: {})", known.join(", "))
+                },
+            });
+            continue;
+        };
+        let pointer = format!("/inputs/{}", escape(&name));
+        match read(spec.kind, value, how) {
+            Ok(v) => {
+                resolved.insert(name, v);
+            }
+            Err(message) => problems.push(InputProblem {
+                pointer,
+                message: format!("input `{name}`: {message}"),
+            }),
+        }
+    }
+    for (name, spec) in declared {
+        if given_names.contains(name) {
+            continue;
+        }
+        match &spec.default {
+            Some(default) => {
+                resolved.insert(name.clone(), default.clone());
+            }
+            None if spec.required => problems.push(InputProblem {
+                pointer: format!("/inputs/{}", escape(name)),
+                message: format!("input `{name}` is required (give it with --var {name}=VALUE)"),
+            }),
+            None => {}
+        }
+    }
+    if problems.is_empty() {
+        Ok(resolved)
+    } else {
+        Err(problems)
+    }
+}
+
+/// [`resolve`] for a checked file, with problems as diagnostics at the declarations.
+pub fn resolve_for(
+    checked: &CheckedWorkflow,
+    file: &std::path::Path,
+    given: Map<String, Value>,
+    how: Given,
+) -> Result<Map<String, Value>, Diagnostics> {
+    resolve(&checked.workflow.inputs, given, how).map_err(|problems| {
+        Diagnostics(
+            problems
+                .into_iter()
+                .map(|p| Diagnostic {
+                    file: file.to_path_buf(),
+                    position: checked.source_map.key(&p.pointer),
+                    field: super::diagnostics::field_path(&p.pointer),
+                    message: p.message,
+                })
+                .collect(),
+        )
+        .sorted()
+    })
+}
+
+fn read(kind: InputType, value: Value, how: Given) -> Result<Value, String> {
+    let value = match (how, value) {
+        (Given::Text, Value::String(text)) => from_text(kind, &text)?,
+        (_, value) => value,
+    };
+    let fits = match kind {
+        InputType::String => value.is_string(),
+        InputType::Integer => value.is_i64() || value.is_u64(),
+        InputType::Number => value.is_number(),
+        InputType::Boolean => value.is_boolean(),
+        InputType::Object => value.is_object(),
+        InputType::Array => value.is_array(),
+        InputType::Any => true,
+    };
+    if fits {
+        Ok(value)
+    } else {
+        Err(format!("expected {}, got {value}", kind.as_str()))
+    }
+}
+
+fn from_text(kind: InputType, text: &str) -> Result<Value, String> {
+    let bad = |what: &str| format!("{text:?} is not {what}");
+    Ok(match kind {
+        InputType::String => Value::String(text.to_string()),
+        InputType::Integer => Value::from(
+            text.trim()
+                .parse::<i64>()
+                .map_err(|_| bad("a whole number"))?,
+        ),
+        InputType::Number => {
+            let n: f64 = text.trim().parse().map_err(|_| bad("a number"))?;
+            serde_json::Number::from_f64(n)
+                .map(Value::Number)
+                .ok_or_else(|| bad("a finite number"))?
+        }
+        InputType::Boolean => match text.trim() {
+            "true" | "yes" | "1" => Value::Bool(true),
+            "false" | "no" | "0" => Value::Bool(false),
+            _ => return Err(bad("true or false")),
+        },
+        InputType::Object | InputType::Array => {
+            serde_json::from_str(text).map_err(|e| format!("{text:?} is not JSON: {e}"))?
+        }
+        InputType::Any => {
+            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(kind: InputType, required: bool, default: Option<Value>) -> InputSpec {
+        InputSpec {
+            kind,
+            required,
+            default,
+            description: None,
+        }
+    }
+
+    fn declared() -> BTreeMap<String, InputSpec> {
+        BTreeMap::from([
+            ("repo".to_string(), spec(InputType::String, true, None)),
+            (
+                "count".to_string(),
+                spec(InputType::Integer, false, Some(json!(3))),
+            ),
+            ("dry_run".to_string(), spec(InputType::Boolean, false, None)),
+            ("labels".to_string(), spec(InputType::Array, false, None)),
+        ])
+    }
+
+    fn given(pairs: &[(&str, Value)]) -> Map<String, Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn text_is_read_as_the_declared_type_and_defaults_fill_in() {
+        let out = resolve(
+            &declared(),
+            given(&[
+                ("repo", json!("org/app")),
+                ("dry_run", json!("true")),
+                ("labels", json!("[\"a\", \"b\"]")),
+            ]),
+            Given::Text,
+        )
+        .unwrap();
+        assert_eq!(
+            Value::Object(out),
+            json!({"repo": "org/app", "count": 3, "dry_run": true, "labels": ["a", "b"]})
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let problems = resolve(
+            &declared(),
+            given(&[("count", json!("three")), ("colour", json!("red"))]),
+            Given::Text,
+        )
+        .unwrap_err();
+        let messages: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            vec![
+                "unknown input `colour` (declared: count, dry_run, labels, repo)",
+                "input `count`: \"three\" is not a whole number",
+                "input `repo` is required (give it with --var repo=VALUE)",
+            ]
+        );
+        assert_eq!(problems[2].pointer, "/inputs/repo");
+    }
+
+    #[test]
+    fn json_values_must_have_the_declared_type() {
+        let problems = resolve(
+            &declared(),
+            given(&[("repo", json!(42)), ("count", json!("4"))]),
+            Given::Json,
+        )
+        .unwrap_err();
+        let messages: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            vec![
+                "input `count`: expected integer, got \"4\"",
+                "input `repo`: expected string, got 42"
+            ]
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! The workflow language: YAML files (`workflows/*.awl.yaml`) checked against a
+//! published JSON Schema and the rules of `rules.rs`, with every problem reported at
+//! its file, line, column and field.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `model` | the Rust types of a workflow file (the one definition of the language) |
+//! | `schema` | the JSON Schema generated from them, published in `workflows/` |
+//! | `yaml` | YAML to JSON with the position of every value |
+//! | `validate` | schema pass + rules pass, all problems at once |
+//! | `rules` | what a schema cannot say: ids, references, tools, text without templates |
+//! | `inputs` | a run's inputs checked and defaulted against the declaration |
+//! | `diagnostics` | a problem: file, line, column, field, message |
+//!
+//! Pure code except [`load`], which reads a file.
+
+pub mod diagnostics;
+pub mod inputs;
+pub mod model;
+mod rules;
+pub mod schema;
+pub mod validate;
+pub mod yaml;
+
+use std::path::{Path, PathBuf};
+
+pub use diagnostics::{Diagnostic, Diagnostics};
+pub use model::Workflow;
+pub use validate::CheckedWorkflow;
+
+/// The built-in tools `tool` steps may name without declaring them.
+pub const BUILTIN_TOOLS: [&str; 4] = ["echo", "fail", "noop", "sleep"];
+
+pub(crate) fn builtin_tools() -> Vec<&'static str> {
+    BUILTIN_TOOLS.to_vec()
+}
+
+/// A workflow file read from disk and checked.
+#[derive(Debug, Clone)]
+pub struct LoadedWorkflow {
+    pub path: PathBuf,
+    pub source: String,
+    pub checked: CheckedWorkflow,
+}
+
+impl LoadedWorkflow {
+    pub fn workflow(&self) -> &Workflow {
+        &self.checked.workflow
+    }
+}
+
+/// Read and check one workflow file.
+pub fn load(path: &Path) -> Result<LoadedWorkflow, Diagnostics> {
+    let source = std::fs::read_to_string(path).map_err(|e| {
+        Diagnostics(vec![Diagnostic {
+            file: path.to_path_buf(),
+            position: Default::default(),
+            field: String::new(),
+            message: format!("cannot read the file: {e}"),
+        }])
+    })?;
+    let checked = validate::check(path, &source)?;
+    Ok(LoadedWorkflow {
+        path: path.to_path_buf(),
+        source,
+        checked,
+    })
+}
+
+#[cfg(test)]
+mod tests;

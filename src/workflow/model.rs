@@ -1,0 +1,594 @@
+//! A workflow file, as Rust types.
+//!
+//! These types are the single definition of the workflow language: the JSON Schema
+//! that awl publishes (and validates every file against) is generated from them
+//! (`schema.rs`), and a file that passes validation deserialises into them. Field
+//! docs become the schema's descriptions, so they are written for workflow authors.
+//!
+//! Strings that may hold expressions (`${{ inputs.repo }}`, `$steps.build.outputs.url`)
+//! are kept as written here; they are checked by `validate.rs` and evaluated by the
+//! executor, never spliced into shell or SQL text.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// An awl workflow: typed inputs, steps run durably in order, and what to do on
+/// failure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "awl workflow")]
+pub struct Workflow {
+    /// The workflow's name, unique in a store: letters, digits, `-`, `_` and `.`.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"))]
+    pub name: String,
+    /// The version of this definition, `MAJOR.MINOR.PATCH` (quote it in YAML: "1.0.0").
+    #[schemars(regex(pattern = r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$"))]
+    pub version: String,
+    /// What the workflow is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The values a run is started with, by name (`${{ inputs.NAME }}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, InputSpec>,
+    /// The whole run fails with a `timeout` error after this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: Option<u64>,
+    /// Steps report their cost; the run stops (or escalates) before going over this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub cost_budget_usd: Option<f64>,
+    /// Plain-language rules for the agents working on this workflow's tasks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<String>,
+    /// What to do about a failed step, by error class, when the step has no handler
+    /// of its own for that class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub error_handlers: Vec<ErrorHandler>,
+    /// Tools declared in this file, usable by `tool` steps like built-in ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDefinition>,
+    /// The steps, run in order (`parallel` and `conditional` steps nest more).
+    #[schemars(length(min = 1))]
+    pub steps: Vec<Step>,
+    /// Steps run after the run succeeded (their failure does not change the outcome).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_success: Vec<Step>,
+    /// Steps run after the run failed, once compensations are done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_failure: Vec<Step>,
+    /// The run's outputs, by name: values or templates over inputs and step outputs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, Value>,
+}
+
+/// One input of a workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InputSpec {
+    /// The JSON type the value must have.
+    #[serde(rename = "type", default)]
+    pub kind: InputType,
+    /// A run cannot start without this input (unless it has a default).
+    #[serde(default)]
+    pub required: bool,
+    /// The value used when a run does not give one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// The type of an input value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InputType {
+    #[default]
+    String,
+    Integer,
+    Number,
+    Boolean,
+    Object,
+    Array,
+    /// Any JSON value.
+    Any,
+}
+
+impl InputType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::Integer => "integer",
+            Self::Number => "number",
+            Self::Boolean => "boolean",
+            Self::Object => "object",
+            Self::Array => "array",
+            Self::Any => "any",
+        }
+    }
+}
+
+/// The fields every step has, whatever its type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StepCommon {
+    /// Unique in the workflow; how other steps refer to this one
+    /// (`${{ steps.ID.outputs.x }}`). Letters, digits, `_` and `-`.
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"))]
+    pub id: String,
+    /// A human name for timelines and the board.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Run the step only when this expression is true; otherwise it is skipped.
+    #[serde(rename = "if", default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<String>,
+    /// How often and how fast to try again when the step fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// One attempt fails with a `timeout` error after this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: Option<u64>,
+    /// What a failure (after retries) does to the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_error: Option<OnError>,
+    /// Handlers for this step's failures, by error class (before the workflow's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub error_handlers: Vec<ErrorHandler>,
+    /// A step that undoes this one; run, in reverse order of success, when the run
+    /// fails (saga).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensate: Option<Box<Step>>,
+}
+
+/// One step of a workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    #[serde(flatten)]
+    pub common: StepCommon,
+    #[serde(flatten)]
+    pub kind: StepKind,
+}
+
+impl Step {
+    pub fn id(&self) -> &str {
+        &self.common.id
+    }
+
+    /// The steps nested inside this one (branches, if_true / if_false), not counting
+    /// its compensation.
+    pub fn children(&self) -> Vec<&Step> {
+        match &self.kind {
+            StepKind::Conditional(c) => c.if_true.iter().chain(&c.if_false).collect(),
+            StepKind::Parallel(p) => p.branches.iter().flat_map(|b| &b.steps).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// What a step does, by its `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StepKind {
+    Tool(ToolStep),
+    Shell(ShellStep),
+    Http(HttpStep),
+    Agent(AgentStep),
+    Gate(GateStep),
+    Conditional(ConditionalStep),
+    Parallel(ParallelStep),
+    Database(DatabaseStep),
+    Notify(NotifyStep),
+    Workflow(SubWorkflowStep),
+}
+
+impl StepKind {
+    /// Every step type, as written in files.
+    pub const TYPES: [&'static str; 10] = [
+        "tool",
+        "shell",
+        "http",
+        "agent",
+        "gate",
+        "conditional",
+        "parallel",
+        "database",
+        "notify",
+        "workflow",
+    ];
+
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::Tool(_) => "tool",
+            Self::Shell(_) => "shell",
+            Self::Http(_) => "http",
+            Self::Agent(_) => "agent",
+            Self::Gate(_) => "gate",
+            Self::Conditional(_) => "conditional",
+            Self::Parallel(_) => "parallel",
+            Self::Database(_) => "database",
+            Self::Notify(_) => "notify",
+            Self::Workflow(_) => "workflow",
+        }
+    }
+}
+
+/// Run a registered tool: a built-in, or one declared under `tools:`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolStep {
+    /// The tool's name.
+    pub tool: String,
+    /// The tool's arguments; values may be templates.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub inputs: serde_json::Map<String, Value>,
+}
+
+/// Run a process. Values reach it as arguments or environment variables, never
+/// spliced into the script: templates are refused in `script`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ShellStep {
+    /// The program and its arguments, one list item each (no shell involved); items
+    /// may be templates. Give either `command` or `script`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub command: Option<Vec<String>>,
+    /// A script for `shell` (default `sh`), run as `sh -c SCRIPT awl ARGS...`: it reads
+    /// values from `"$1"`, `"$2"`... or from environment variables. No templates here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
+    /// The interpreter for `script`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
+    /// Arguments after the command (or the script's `$1`, `$2`...); may be templates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment variables for the process; values may be templates.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The working directory (relative to the workflow file's folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    /// Text written to the process's standard input; may be a template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    /// Keep at most this many bytes of stdout and of stderr (default 1 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_output_bytes: Option<u64>,
+    /// Exit codes that count as success (default: 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub success_exit_codes: Vec<i32>,
+}
+
+/// An HTTP request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HttpStep {
+    #[serde(default)]
+    pub method: HttpMethod,
+    /// The URL; may be a template.
+    pub url: String,
+    /// Request headers; values may be templates.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// A JSON body (templates inside are rendered), sent as application/json.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+    /// Statuses that count as success (default: any 2xx).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expect_status: Vec<u16>,
+    /// Keep at most this many bytes of the response body (default 1 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_response_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    #[default]
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+    Head,
+}
+
+impl HttpMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::Post => "POST",
+            Self::Put => "PUT",
+            Self::Patch => "PATCH",
+            Self::Delete => "DELETE",
+            Self::Head => "HEAD",
+        }
+    }
+}
+
+/// Work for an external agent: a task on the board; the step waits for it to end
+/// and its result becomes the step's output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentStep {
+    /// What the agent is asked to do; may be a template.
+    pub prompt: String,
+    /// Capabilities the agent must have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
+    /// Where the work is to be done (metadata; the server never touches files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceSpec>,
+    /// Prefer this agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_hint: Option<String>,
+    /// Higher is handed out first.
+    #[serde(default)]
+    pub priority: i32,
+    /// The agent's submission must be approved by a person.
+    #[serde(default)]
+    pub review_required: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceSpec {
+    /// A repository, e.g. `org/app`; may be a template.
+    pub repository: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+/// A human approval: the run waits until someone approves or rejects, or the gate
+/// times out (`timeout_seconds`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GateStep {
+    /// What the approvers are asked; may be a template.
+    pub message: String,
+    /// Who may decide (names or roles); anyone with the operator role when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+    /// What a rejection does (default `fail`).
+    #[serde(default)]
+    pub on_reject: GateRejected,
+    /// What a timeout does (default `fail`).
+    #[serde(default)]
+    pub on_timeout: GateTimedOut,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GateRejected {
+    /// The gate step fails (and `on_error` applies).
+    #[default]
+    Fail,
+    /// The gate step is skipped and the run goes on.
+    Skip,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GateTimedOut {
+    #[default]
+    Fail,
+    Skip,
+    Approve,
+}
+
+/// Run `if_true` or `if_false` depending on an expression.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConditionalStep {
+    /// A boolean expression over inputs and steps.
+    pub condition: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub if_true: Vec<Step>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub if_false: Vec<Step>,
+}
+
+/// Branches that run at the same time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ParallelStep {
+    #[schemars(length(min = 1))]
+    pub branches: Vec<Branch>,
+    /// `all`: every branch must succeed; `any`: the first branch to succeed wins.
+    #[serde(default)]
+    pub wait_for: WaitFor,
+    /// At most this many branches run at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_concurrency: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Branch {
+    pub name: String,
+    #[schemars(length(min = 1))]
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitFor {
+    #[default]
+    All,
+    Any,
+}
+
+/// A parameterised SQL statement on a named connection (from awl's configuration).
+/// Values are bind parameters (`$1`, `$2`... on Postgres, `?1`... on SQLite); the
+/// query text takes no templates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DatabaseStep {
+    /// A connection name from configuration.
+    pub connection: String,
+    /// The SQL text, with placeholders.
+    pub query: String,
+    /// The bind parameters, in order; may be templates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<Value>,
+}
+
+/// Post a message to a webhook (a Slack- and Discord-compatible body), and record it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NotifyStep {
+    /// The message; may be a template.
+    pub message: String,
+    /// The webhook URL; may be a template. Without it, the message is only recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// People or channels to mention.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mentions: Vec<String>,
+}
+
+/// Run another workflow as a child run; its outputs become this step's output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SubWorkflowStep {
+    /// A workflow file, relative to this one (`./child.awl.yaml`), or the name of a
+    /// registered workflow.
+    pub workflow: String,
+    /// The child's inputs; values may be templates.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub inputs: serde_json::Map<String, Value>,
+}
+
+/// How often and how fast a failed step is tried again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    #[schemars(range(min = 1, max = 100))]
+    pub max_attempts: u32,
+    #[serde(default)]
+    pub backoff: Backoff,
+    /// The first delay, in seconds (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub base_seconds: Option<f64>,
+    /// No delay is longer than this, in seconds (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub max_seconds: Option<f64>,
+    /// Randomise each delay by up to this fraction of it, either way (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub jitter: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Backoff {
+    /// base, 2 x base, 4 x base...
+    #[default]
+    Exponential,
+    /// base, 2 x base, 3 x base...
+    Linear,
+    /// base every time.
+    Constant,
+}
+
+/// What a step's failure does to the run, once retries are used up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// The run fails (compensations run).
+    #[default]
+    Abort,
+    /// The step counts as skipped; the run goes on.
+    Skip,
+    /// Try again under the step's retry policy (3 attempts, exponential, if none).
+    Retry,
+    /// The step stays failed; the run goes on, and later steps can test its status.
+    Continue,
+}
+
+/// What to do about a failure of one error class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorHandler {
+    /// The class of failure this handler is for, or `any`.
+    pub class: HandlerClass,
+    pub action: HandlerAction,
+    /// Attempts in all under this handler (default: the step's retry policy, or 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_attempts: Option<u32>,
+    /// `increase_timeout`: multiply the step's timeout by this (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1.0))]
+    pub timeout_factor: Option<f64>,
+    /// `fallback`: the tool to use instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_tool: Option<String>,
+    /// `refresh_auth`: the tool that refreshes credentials before the next attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<String>,
+    /// `escalate`: who is asked (a gate opens for them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HandlerClass {
+    Network,
+    RateLimit,
+    Authentication,
+    Dependency,
+    Validation,
+    Timeout,
+    Budget,
+    Unknown,
+    /// Every class without a handler of its own.
+    Any,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HandlerAction {
+    /// Try again at once.
+    Retry,
+    /// Try again after the step's back-off.
+    RetryWithBackoff,
+    /// Try again with a longer timeout.
+    IncreaseTimeout,
+    /// Run `hook`, then try again.
+    RefreshAuth,
+    /// Try again with `fallback_tool` (for `tool` steps).
+    Fallback,
+    /// Open a gate: a person decides to retry (approve) or fail (reject).
+    Escalate,
+    /// Fail the step for good.
+    Abort,
+}
+
+/// A tool declared in a workflow file: a named, reusable `shell`, `http`, `database`
+/// or `notify` step whose templates read the tool step's `inputs` as `inputs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    #[serde(flatten)]
+    pub header: ToolHeader,
+    #[serde(flatten)]
+    pub kind: StepKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolHeader {
+    /// The tool's name, as `tool:` steps refer to it.
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The tool's parameters.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, InputSpec>,
+}
+
+/// The step types a declared tool may be.
+pub const TOOL_KINDS: [&str; 4] = ["shell", "http", "database", "notify"];

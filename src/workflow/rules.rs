@@ -1,0 +1,578 @@
+//! The rules of a workflow that a JSON Schema cannot say.
+//!
+//! They run on the JSON form of the file, even when the schema found problems, so a
+//! user sees every problem at once; each rule looks only at the fields it needs and
+//! passes over values of the wrong shape (the schema reports those).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::expr::{Expression, References, Template};
+
+use super::diagnostics::Reporter;
+use super::model::TOOL_KINDS;
+use super::yaml::escape;
+
+/// One step found in the file, with what it may refer to.
+#[derive(Debug, Clone)]
+pub(crate) struct StepSite<'a> {
+    pub pointer: String,
+    pub id: Option<&'a str>,
+    pub step: &'a Map<String, Value>,
+    /// Steps that have finished (or were passed by) whenever this step runs.
+    pub earlier: BTreeSet<String>,
+    /// Whether some step runs before this one (`prev` is defined).
+    pub has_prev: bool,
+}
+
+/// Every step in the file, in document order.
+pub(crate) fn steps(json: &Value) -> Vec<StepSite<'_>> {
+    let mut found = Vec::new();
+    let Some(root) = json.as_object() else {
+        return found;
+    };
+    walk(
+        root.get("steps"),
+        "/steps",
+        &BTreeSet::new(),
+        false,
+        &mut found,
+    );
+    let all: BTreeSet<String> = found
+        .iter()
+        .filter_map(|s| s.id.map(String::from))
+        .collect();
+    for hook in ["on_success", "on_failure"] {
+        walk(root.get(hook), &format!("/{hook}"), &all, true, &mut found);
+    }
+    // Compensations run after the run failed: everything is "earlier".
+    let mut compensations = Vec::new();
+    for site in &found {
+        if let Some(Value::Object(step)) = site.step.get("compensate") {
+            compensate_sites(
+                step,
+                format!("{}/compensate", site.pointer),
+                &all,
+                &mut compensations,
+            );
+        }
+    }
+    found.extend(compensations);
+    found
+}
+
+fn compensate_sites<'a>(
+    step: &'a Map<String, Value>,
+    pointer: String,
+    all: &BTreeSet<String>,
+    out: &mut Vec<StepSite<'a>>,
+) {
+    out.push(StepSite {
+        pointer: pointer.clone(),
+        id: step.get("id").and_then(Value::as_str),
+        step,
+        earlier: all.clone(),
+        has_prev: true,
+    });
+    if let Some(Value::Object(inner)) = step.get("compensate") {
+        compensate_sites(inner, format!("{pointer}/compensate"), all, out);
+    }
+}
+
+/// Walk one list of steps; returns the ids defined in it (nested ones included).
+fn walk<'a>(
+    list: Option<&'a Value>,
+    pointer: &str,
+    before: &BTreeSet<String>,
+    has_prev: bool,
+    out: &mut Vec<StepSite<'a>>,
+) -> BTreeSet<String> {
+    let mut defined = BTreeSet::new();
+    let Some(Value::Array(items)) = list else {
+        return defined;
+    };
+    let mut earlier = before.clone();
+    for (i, item) in items.iter().enumerate() {
+        let Value::Object(step) = item else { continue };
+        let here = format!("{pointer}/{i}");
+        let id = step.get("id").and_then(Value::as_str);
+        let prev = has_prev || i > 0;
+        out.push(StepSite {
+            pointer: here.clone(),
+            id,
+            step,
+            earlier: earlier.clone(),
+            has_prev: prev,
+        });
+        let mut nested = BTreeSet::new();
+        for branch_list in ["if_true", "if_false"] {
+            nested.extend(walk(
+                step.get(branch_list),
+                &format!("{here}/{branch_list}"),
+                &earlier,
+                prev,
+                out,
+            ));
+        }
+        if let Some(Value::Array(branches)) = step.get("branches") {
+            for (b, branch) in branches.iter().enumerate() {
+                nested.extend(walk(
+                    branch.get("steps"),
+                    &format!("{here}/branches/{b}/steps"),
+                    &earlier,
+                    prev,
+                    out,
+                ));
+            }
+        }
+        if let Some(id) = id {
+            nested.insert(id.to_string());
+        }
+        earlier.extend(nested.iter().cloned());
+        defined.extend(nested);
+    }
+    defined
+}
+
+/// Check every rule, reporting problems to `report`.
+pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut Reporter<'_>) {
+    let sites = steps(json);
+    unique_ids(&sites, report);
+    let tools = declared_tools(json, builtins, report);
+    let inputs: BTreeSet<String> = match json.get("inputs") {
+        Some(Value::Object(declared)) => declared.keys().cloned().collect(),
+        _ => BTreeSet::new(),
+    };
+    let all_ids: BTreeSet<String> = sites
+        .iter()
+        .filter_map(|s| s.id.map(String::from))
+        .collect();
+    for site in &sites {
+        step_rules(site, &tools, file, report);
+        let refs = Refs {
+            inputs: &inputs,
+            earlier: &site.earlier,
+            all: &all_ids,
+            own: site.id,
+            has_prev: site.has_prev,
+        };
+        step_expressions(site, &refs, report);
+    }
+    if let Some(outputs) = json.get("outputs") {
+        let refs = Refs {
+            inputs: &inputs,
+            earlier: &all_ids,
+            all: &all_ids,
+            own: None,
+            has_prev: true,
+        };
+        templates_in(outputs, "/outputs", &refs, report);
+    }
+    if let Some(Value::Array(tools)) = json.get("tools") {
+        for (i, tool) in tools.iter().enumerate() {
+            let Value::Object(tool) = tool else { continue };
+            let own_inputs: BTreeSet<String> = match tool.get("inputs") {
+                Some(Value::Object(declared)) => declared.keys().cloned().collect(),
+                _ => BTreeSet::new(),
+            };
+            let none = BTreeSet::new();
+            let refs = Refs {
+                inputs: &own_inputs,
+                earlier: &none,
+                all: &none,
+                own: None,
+                has_prev: false,
+            };
+            let body = without(
+                tool,
+                &["name", "description", "inputs", "type", "script", "query"],
+            );
+            templates_in(&body, &format!("/tools/{i}"), &refs, report);
+        }
+    }
+    if let Some(Value::Array(handlers)) = json.get("error_handlers") {
+        handlers_rules(handlers, "/error_handlers", &tools, report);
+    }
+}
+
+/// What the expressions of one place may refer to.
+struct Refs<'a> {
+    inputs: &'a BTreeSet<String>,
+    earlier: &'a BTreeSet<String>,
+    all: &'a BTreeSet<String>,
+    own: Option<&'a str>,
+    has_prev: bool,
+}
+
+/// Fields of a step that are not templates: names, code, nested steps, policies.
+const NOT_TEMPLATES: [&str; 14] = [
+    "id",
+    "type",
+    "name",
+    "description",
+    "if",
+    "condition",
+    "script",
+    "query",
+    "compensate",
+    "if_true",
+    "if_false",
+    "branches",
+    "retry",
+    "error_handlers",
+];
+
+fn step_expressions(site: &StepSite<'_>, refs: &Refs<'_>, report: &mut Reporter<'_>) {
+    for field in ["if", "condition"] {
+        if let Some(Value::String(text)) = site.step.get(field) {
+            let pointer = format!("{}/{field}", site.pointer);
+            match Expression::parse_condition(text) {
+                Ok(expr) => check_references(expr.references(), &pointer, refs, report),
+                Err(e) => report.at_offset(&pointer, text, e.offset, e.message),
+            }
+        }
+    }
+    let body = without(site.step, &NOT_TEMPLATES);
+    templates_in(&body, &site.pointer, refs, report);
+}
+
+fn without(object: &Map<String, Value>, fields: &[&str]) -> Value {
+    Value::Object(
+        object
+            .iter()
+            .filter(|(k, _)| !fields.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    )
+}
+
+/// Parse every string under `value` as a template and check what it refers to.
+fn templates_in(value: &Value, pointer: &str, refs: &Refs<'_>, report: &mut Reporter<'_>) {
+    match value {
+        Value::String(text) => match Template::parse(text) {
+            Ok(template) => check_references(&template.references(), pointer, refs, report),
+            Err(e) => report.at_offset(pointer, text, e.offset, e.message),
+        },
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                templates_in(item, &format!("{pointer}/{i}"), refs, report);
+            }
+        }
+        Value::Object(map) => {
+            for (k, v) in map {
+                templates_in(v, &format!("{pointer}/{}", escape(k)), refs, report);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn check_references(found: &References, pointer: &str, refs: &Refs<'_>, report: &mut Reporter<'_>) {
+    for input in &found.inputs {
+        if !refs.inputs.contains(input) {
+            let declared = if refs.inputs.is_empty() {
+                "none are declared".to_string()
+            } else {
+                format!(
+                    "declared: {}",
+                    refs.inputs.iter().cloned().collect::<Vec<_>>().join(", ")
+                )
+            };
+            report.at_value(pointer, format!("unknown input `{input}` ({declared})"));
+        }
+    }
+    for step in &found.steps {
+        if refs.earlier.contains(step) {
+            continue;
+        }
+        let message = if refs.own == Some(step.as_str()) {
+            format!(
+                "step `{step}` refers to itself: a step can only use the outputs of steps that ran before it"
+            )
+        } else if refs.all.contains(step) {
+            format!(
+                "refers to step `{step}`, which has not run at this point (it comes later, or in another branch)"
+            )
+        } else {
+            format!("unknown step `{step}`")
+        };
+        report.at_value(pointer, message);
+    }
+    if found.prev && !refs.has_prev {
+        report.at_value(pointer, "`prev` is used, but no step runs before this one");
+    }
+}
+
+fn unique_ids(sites: &[StepSite<'_>], report: &mut Reporter<'_>) {
+    let mut first: BTreeMap<&str, &str> = BTreeMap::new();
+    for site in sites {
+        let Some(id) = site.id else { continue };
+        match first.get(id) {
+            Some(at) => {
+                let line = report.map.value(&format!("{at}/id")).line;
+                report.at_value(
+                    &format!("{}/id", site.pointer),
+                    format!("duplicate step id `{id}` (first used on line {line})"),
+                );
+            }
+            None => {
+                first.insert(id, &site.pointer);
+            }
+        }
+    }
+}
+
+/// The names `tool:` may use: built-ins and the file's `tools:`.
+fn declared_tools(json: &Value, builtins: &[&str], report: &mut Reporter<'_>) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = builtins.iter().map(|s| s.to_string()).collect();
+    let Some(Value::Array(tools)) = json.get("tools") else {
+        return names;
+    };
+    for (i, tool) in tools.iter().enumerate() {
+        let Some(name) = tool.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let at = format!("/tools/{i}/name");
+        if builtins.contains(&name) {
+            report.at_value(
+                &at,
+                format!("`{name}` is a built-in tool; choose another name"),
+            );
+        } else if !names.insert(name.to_string()) {
+            report.at_value(&at, format!("duplicate tool name `{name}`"));
+        }
+        if let Some(kind) = tool.get("type").and_then(Value::as_str)
+            && !TOOL_KINDS.contains(&kind)
+        {
+            report.at_value(
+                &format!("/tools/{i}/type"),
+                format!(
+                    "a declared tool cannot be a `{kind}` step (expected one of {})",
+                    TOOL_KINDS.join(", ")
+                ),
+            );
+        }
+        if let Value::Object(body) = tool {
+            no_templates_in_text(body, &format!("/tools/{i}"), report);
+        }
+    }
+    names
+}
+
+fn step_rules(
+    site: &StepSite<'_>,
+    tools: &BTreeSet<String>,
+    file: &Path,
+    report: &mut Reporter<'_>,
+) {
+    let step = site.step;
+    let at = |field: &str| format!("{}/{}", site.pointer, escape(field));
+    let kind = step
+        .get("type")
+        .and_then(Value::as_str)
+        .or_else(|| step.get("tool").map(|_| "tool"));
+    match kind {
+        Some("tool") => {
+            if let Some(tool) = step.get("tool").and_then(Value::as_str)
+                && !tools.contains(tool)
+            {
+                report.at_value(&at("tool"), unknown_tool(tool, tools));
+            }
+        }
+        Some("shell") => {
+            let command = step.contains_key("command");
+            let script = step.contains_key("script");
+            if command == script {
+                report.at_value(
+                    &site.pointer,
+                    "a shell step needs exactly one of `command` (a list: program and \
+                     arguments) or `script`",
+                );
+            }
+            if step.contains_key("shell") && !script {
+                report.at_value(&at("shell"), "`shell` only applies to a `script`");
+            }
+        }
+        Some("workflow") => {
+            if let Some(target) = step.get("workflow").and_then(Value::as_str)
+                && looks_like_path(target)
+            {
+                let base = file.parent().unwrap_or(Path::new("."));
+                if !base.join(target).is_file() {
+                    report.at_value(
+                        &at("workflow"),
+                        format!(
+                            "no workflow file `{target}` next to this one (looked for {})",
+                            base.join(target).display()
+                        ),
+                    );
+                }
+            }
+        }
+        Some("parallel") => {
+            if let Some(Value::Array(branches)) = step.get("branches") {
+                let mut seen = BTreeSet::new();
+                for (b, branch) in branches.iter().enumerate() {
+                    if let Some(name) = branch.get("name").and_then(Value::as_str)
+                        && !seen.insert(name)
+                    {
+                        report.at_value(
+                            &format!("{}/branches/{b}/name", site.pointer),
+                            format!("duplicate branch name `{name}`"),
+                        );
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    no_templates_in_text(step, &site.pointer, report);
+    handler_rules(step, &site.pointer, tools, report);
+}
+
+/// Script and SQL text are code: a value spliced into them could change what runs.
+fn no_templates_in_text(step: &Map<String, Value>, pointer: &str, report: &mut Reporter<'_>) {
+    for (field, how) in [
+        (
+            "script",
+            "pass values as `args` (\"$1\", \"$2\"...) or `env` instead",
+        ),
+        (
+            "query",
+            "pass values as bind parameters in `params` ($1, $2... / ?1, ?2...) instead",
+        ),
+    ] {
+        if let Some(text) = step.get(field).and_then(Value::as_str)
+            && text.contains("${{")
+        {
+            report.at_value(
+                &format!("{pointer}/{field}"),
+                format!("templates are not allowed in `{field}` text: {how}"),
+            );
+        }
+    }
+}
+
+fn handler_rules(
+    step: &Map<String, Value>,
+    pointer: &str,
+    tools: &BTreeSet<String>,
+    report: &mut Reporter<'_>,
+) {
+    let Some(Value::Array(handlers)) = step.get("error_handlers") else {
+        return;
+    };
+    handlers_rules(
+        handlers,
+        &format!("{pointer}/error_handlers"),
+        tools,
+        report,
+    );
+}
+
+/// Rules of a list of error handlers (a step's or the workflow's).
+pub(crate) fn handlers_rules(
+    handlers: &[Value],
+    pointer: &str,
+    tools: &BTreeSet<String>,
+    report: &mut Reporter<'_>,
+) {
+    for (i, handler) in handlers.iter().enumerate() {
+        let at = format!("{pointer}/{i}");
+        let action = handler.get("action").and_then(Value::as_str);
+        let needs = match action {
+            Some("fallback") => Some("fallback_tool"),
+            Some("refresh_auth") => Some("hook"),
+            _ => None,
+        };
+        if let Some(field) = needs {
+            match handler.get(field).and_then(Value::as_str) {
+                None => report.at_value(
+                    &at,
+                    format!(
+                        "the `{}` action needs `{field}`",
+                        action.unwrap_or_default()
+                    ),
+                ),
+                Some(tool) if !tools.contains(tool) => {
+                    report.at_value(&format!("{at}/{field}"), unknown_tool(tool, tools))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+fn unknown_tool(tool: &str, tools: &BTreeSet<String>) -> String {
+    format!(
+        "unknown tool `{tool}` (known: {})",
+        tools.iter().cloned().collect::<Vec<_>>().join(", ")
+    )
+}
+
+fn looks_like_path(target: &str) -> bool {
+    target.ends_with(".yaml") || target.ends_with(".yml") || target.contains('/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ids_and_earlier(json: &Value) -> Vec<(String, Vec<String>, bool)> {
+        steps(json)
+            .into_iter()
+            .map(|s| {
+                (
+                    s.id.unwrap_or("?").to_string(),
+                    s.earlier.into_iter().collect(),
+                    s.has_prev,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_step_sees_what_ran_before_it() {
+        let wf = json!({"steps": [
+            {"id": "a"},
+            {"id": "fork", "type": "parallel", "branches": [
+                {"name": "x", "steps": [{"id": "x1"}, {"id": "x2"}]},
+                {"name": "y", "steps": [{"id": "y1"}]}
+            ]},
+            {"id": "choose", "type": "conditional", "if_true": [{"id": "t1"}], "if_false": [{"id": "f1"}]},
+            {"id": "last", "compensate": {"id": "undo_last"}}
+        ], "on_failure": [{"id": "hook"}]});
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            ids_and_earlier(&wf),
+            vec![
+                ("a".into(), s(&[]), false),
+                ("fork".into(), s(&["a"]), true),
+                ("x1".into(), s(&["a"]), true),
+                ("x2".into(), s(&["a", "x1"]), true),
+                ("y1".into(), s(&["a"]), true),
+                ("choose".into(), s(&["a", "fork", "x1", "x2", "y1"]), true),
+                ("t1".into(), s(&["a", "fork", "x1", "x2", "y1"]), true),
+                ("f1".into(), s(&["a", "fork", "x1", "x2", "y1"]), true),
+                (
+                    "last".into(),
+                    s(&["a", "choose", "f1", "fork", "t1", "x1", "x2", "y1"]),
+                    true
+                ),
+                (
+                    "hook".into(),
+                    s(&["a", "choose", "f1", "fork", "last", "t1", "x1", "x2", "y1"]),
+                    true
+                ),
+                (
+                    "undo_last".into(),
+                    s(&["a", "choose", "f1", "fork", "last", "t1", "x1", "x2", "y1"]),
+                    true
+                ),
+            ]
+        );
+    }
+}

@@ -1,0 +1,332 @@
+//! Whole files through `validate::check`: what a user sees for each kind of mistake.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::model::{Backoff, OnError, StepKind};
+use super::validate::check;
+use super::yaml::Position;
+
+fn problems(source: &str) -> Vec<String> {
+    match check(Path::new("wf.awl.yaml"), source) {
+        Ok(_) => Vec::new(),
+        Err(d) => d.iter().map(ToString::to_string).collect(),
+    }
+}
+
+const GOOD: &str = r#"
+name: deploy
+version: "1.2.0"
+description: Build, approve, ship.
+inputs:
+  repo: {type: string, required: true}
+  count: {type: integer, default: 3}
+timeout_seconds: 600
+cost_budget_usd: 2.5
+error_handlers:
+  - {class: rate_limit, action: retry_with_backoff, max_attempts: 5}
+tools:
+  - name: greet
+    type: shell
+    command: [echo, hello]
+steps:
+  - id: build
+    type: shell
+    command: [cargo, build, --release]
+    retry: {max_attempts: 3, backoff: linear, base_seconds: 2}
+    on_error: continue
+    compensate:
+      id: clean
+      type: shell
+      script: rm -rf "$1"
+      args: [target]
+  - id: hello
+    tool: greet
+  - id: approve
+    type: gate
+    message: Ship it?
+    approvers: [ops]
+    timeout_seconds: 3600
+    on_reject: fail
+  - id: fan
+    type: parallel
+    wait_for: all
+    branches:
+      - name: a
+        steps: [{id: a1, tool: noop}]
+      - name: b
+        steps: [{id: b1, tool: echo, inputs: {message: hi}}]
+  - id: pick
+    type: conditional
+    condition: "true"
+    if_true: [{id: yes_step, tool: noop}]
+    if_false: [{id: no_step, tool: noop}]
+on_failure:
+  - id: tell
+    type: notify
+    message: failed
+outputs:
+  built: true
+"#;
+
+#[test]
+fn a_good_file_becomes_a_workflow() {
+    let checked = check(Path::new("wf.awl.yaml"), GOOD).unwrap_or_else(|d| panic!("{d}"));
+    let wf = &checked.workflow;
+    assert_eq!(wf.name, "deploy");
+    assert_eq!(wf.steps.len(), 5);
+    assert_eq!(wf.steps[0].common.on_error, Some(OnError::Continue));
+    assert_eq!(
+        wf.steps[0].common.retry.as_ref().map(|r| r.backoff),
+        Some(Backoff::Linear)
+    );
+    assert!(matches!(wf.steps[1].kind, StepKind::Tool(ref t) if t.tool == "greet"));
+    assert_eq!(wf.steps[3].children().len(), 2);
+    assert_eq!(
+        checked.json["steps"][1]["type"],
+        json!("tool"),
+        "a step with `tool` and no `type` is a tool step"
+    );
+    assert_eq!(
+        checked.source_map.value("/steps/2/id"),
+        Position {
+            line: 29,
+            column: 9
+        }
+    );
+}
+
+#[test]
+fn unknown_fields_are_named_with_a_suggestion() {
+    let p = problems(
+        "name: a\nversion: \"1.0.0\"\nsteps:\n  - id: s\n    type: shell\n    comand: [ls]\n",
+    );
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:4:5: steps[0]: a shell step needs exactly one of `command` (a list: program and arguments) or `script`",
+            "wf.awl.yaml:6:5: steps[0].comand: unknown field `comand` (did you mean `command`?)",
+        ]
+    );
+}
+
+#[test]
+fn unknown_step_types_list_the_known_ones() {
+    let p = problems("name: a\nversion: \"1.0.0\"\nsteps:\n  - id: s\n    type: shel\n");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with("wf.awl.yaml:5:11: steps[0].type: unknown step type `shel` (expected one of `tool`, `shell`,"),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let p = problems(
+        r#"name: a
+version: 1.0
+colour: red
+steps:
+  - id: build
+    type: shell
+    command: [make]
+    retry: {max_attempts: 0, backoff: sometimes}
+  - id: build
+    type: http
+  - id: bad id
+    tool: hammer
+  - type: gate
+"#,
+    );
+    let expected = [
+        "wf.awl.yaml:2:10: version: expected a string, got a number with a fraction",
+        "wf.awl.yaml:3:1: colour: unknown field `colour`",
+        "wf.awl.yaml:8:27: steps[0].retry.max_attempts: 0 is less than the minimum of 1",
+        "wf.awl.yaml:8:39: steps[0].retry.backoff: `sometimes` is not one of `exponential`, `linear`, `constant`",
+        "wf.awl.yaml:9:5: steps[1]: missing field `url`",
+        "wf.awl.yaml:9:9: steps[1].id: duplicate step id `build` (first used on line 5)",
+        "wf.awl.yaml:11:9: steps[2].id: `bad id` is not a valid step id",
+        "wf.awl.yaml:12:11: steps[2].tool: unknown tool `hammer`",
+        "wf.awl.yaml:13:5: steps[3]: missing field `id`",
+        "wf.awl.yaml:13:5: steps[3]: missing field `message`",
+    ];
+    for want in expected {
+        assert!(
+            p.iter().any(|got| got.starts_with(want)),
+            "missing {want:?} in:\n{}",
+            p.join("\n")
+        );
+    }
+    assert_eq!(p.len(), expected.len(), "{}", p.join("\n"));
+}
+
+#[test]
+fn a_step_without_type_or_tool_says_what_it_needs() {
+    let p = problems("name: a\nversion: \"1.0.0\"\nsteps:\n  - id: s\n    command: [ls]\n");
+    assert!(
+        p.iter()
+            .any(|m| m.contains("steps[0]: a step needs a `type`")),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn templates_in_script_or_sql_text_are_refused() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+steps:
+  - id: s
+    type: shell
+    script: echo ${{ inputs.name }}
+  - id: q
+    type: database
+    connection: main
+    query: "SELECT * FROM t WHERE name = '${{ inputs.name }}'"
+"#,
+    );
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(
+        p[0].starts_with(
+            "wf.awl.yaml:6:13: steps[0].script: templates are not allowed in `script` text"
+        ),
+        "{p:?}"
+    );
+    assert!(
+        p[1].starts_with(
+            "wf.awl.yaml:10:12: steps[1].query: templates are not allowed in `query` text"
+        ),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn handlers_name_existing_tools() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+error_handlers:
+  - {class: network, action: fallback}
+steps:
+  - id: s
+    tool: echo
+    error_handlers:
+      - {class: any, action: fallback, fallback_tool: hammer}
+"#,
+    );
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:4:5: error_handlers[0]: the `fallback` action needs `fallback_tool`",
+            "wf.awl.yaml:9:55: steps[0].error_handlers[0].fallback_tool: unknown tool `hammer` (known: echo, fail, noop, sleep)",
+        ]
+    );
+}
+
+#[test]
+fn malformed_yaml_is_one_problem_with_a_place() {
+    let p = problems("name: a\nsteps: [\n");
+    assert_eq!(p.len(), 1);
+    assert!(p[0].starts_with("wf.awl.yaml:"), "{p:?}");
+    assert!(p[0].contains("not valid YAML"), "{p:?}");
+}
+
+#[test]
+fn references_must_name_inputs_and_earlier_steps() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+inputs:
+  repo: {type: string, required: true}
+steps:
+  - id: first
+    tool: echo
+    inputs:
+      message: "${{ prev.output }}"
+  - id: build
+    type: shell
+    command: [make, "${{ inputs.rpo }}", "${{ steps.build.outputs.x }}"]
+  - id: ship
+    tool: echo
+    if: "$deploy.status == 'succeeded'"
+    inputs:
+      message: "${{ steps.later.outputs.url }} to $inputs.repo"
+  - id: later
+    tool: noop
+outputs:
+  url: "${{ steps.later.outputs.url }}"
+  what: "${{ steps.nowhere.outputs }}"
+"#,
+    );
+    let expected = [
+        "wf.awl.yaml:9:16: steps[0].inputs.message: `prev` is used, but no step runs before this one",
+        "wf.awl.yaml:12:21: steps[1].command[1]: unknown input `rpo` (declared: repo)",
+        "wf.awl.yaml:12:42: steps[1].command[2]: step `build` refers to itself",
+        "wf.awl.yaml:15:9: steps[2].if: unknown step `deploy`",
+        "wf.awl.yaml:17:16: steps[2].inputs.message: refers to step `later`, which has not run at this point",
+        "wf.awl.yaml:22:9: outputs.what: unknown step `nowhere`",
+    ];
+    for want in expected {
+        assert!(
+            p.iter().any(|got| got.starts_with(want)),
+            "missing {want:?} in:\n{}",
+            p.join("\n")
+        );
+    }
+    assert_eq!(p.len(), expected.len(), "{}", p.join("\n"));
+}
+
+#[test]
+fn bad_expressions_are_reported_where_they_go_wrong() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+steps:
+  - id: a
+    tool: noop
+    if: "true && )"
+  - id: b
+    tool: echo
+    inputs:
+      message: "hello ${{ steps.a.outputs. }}"
+  - id: c
+    type: conditional
+    condition: ${{ 1 + }}
+    if_true: [{id: d, tool: noop}]
+"#,
+    );
+    assert_eq!(p.len(), 3, "{}", p.join("\n"));
+    assert!(p[0].starts_with("wf.awl.yaml:6:"), "{p:?}");
+    assert!(p[0].contains("steps[0].if:"), "{p:?}");
+    assert!(p[1].starts_with("wf.awl.yaml:10:"), "{p:?}");
+    assert!(p[2].starts_with("wf.awl.yaml:13:"), "{p:?}");
+    // The column points into the string, past its opening quote and the text before
+    // the `${{`.
+    let column: u64 = p[1].split(':').nth(2).unwrap().parse().unwrap();
+    assert!(column > 16, "{p:?}");
+}
+
+#[test]
+fn compensations_and_hooks_may_use_every_step() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+steps:
+  - id: create
+    tool: echo
+    inputs: {message: made}
+    compensate:
+      id: destroy
+      tool: echo
+      inputs: {message: "${{ steps.create.outputs.message }} ${{ steps.last.status }}"}
+  - id: last
+    tool: noop
+on_failure:
+  - id: tell
+    type: notify
+    message: "failed at ${{ steps.last.status }}"
+"#,
+    );
+    assert!(p.is_empty(), "{}", p.join("\n"));
+}

@@ -1,0 +1,307 @@
+//! Checking a workflow file: every problem at once, each where it is.
+//!
+//! Two passes over the JSON form of the file, both of which always run:
+//!
+//! 1. the JSON Schema (`schema.rs`): unknown fields, unknown step types, missing and
+//!    mistyped fields, out-of-range numbers;
+//! 2. the rules a schema cannot say (`rules.rs`): unique step ids, references to inputs
+//!    and steps that exist and run earlier, expressions that parse, no templates in
+//!    script or SQL text, tools that exist.
+//!
+//! Only a file with no problem at all is turned into a [`Workflow`].
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use jsonschema::error::ValidationErrorKind;
+use serde_json::Value;
+
+use super::diagnostics::{Diagnostic, Diagnostics, Reporter};
+use super::model::{StepKind, Workflow};
+use super::schema::workflow_schema;
+use super::yaml::{self, SourceMap};
+use super::{builtin_tools, rules};
+
+/// A workflow file that passed every check.
+#[derive(Debug, Clone)]
+pub struct CheckedWorkflow {
+    pub workflow: Workflow,
+    /// The file as JSON (what is registered in the log as the definition).
+    pub json: Value,
+    pub source_map: SourceMap,
+}
+
+/// Check `source` (the text of `file`) and return the workflow, or every problem.
+pub fn check(file: &Path, source: &str) -> Result<CheckedWorkflow, Diagnostics> {
+    let (mut json, map) = match yaml::parse(source) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            return Err(Diagnostics(vec![Diagnostic {
+                file: file.to_path_buf(),
+                position: e.position.unwrap_or_default(),
+                field: String::new(),
+                message: format!("not valid YAML: {}", e.message),
+            }]));
+        }
+    };
+    let mut report = Reporter::new(file, source, &map);
+    schema_problems(&json, &mut report);
+    rules::check(&json, &builtin_tools(), file, &mut report);
+    if !report.found.is_empty() {
+        return Err(Diagnostics(report.found).sorted());
+    }
+    default_step_types(&mut json);
+    match serde_json::from_value::<Workflow>(json.clone()) {
+        Ok(workflow) => Ok(CheckedWorkflow {
+            workflow,
+            json,
+            source_map: map,
+        }),
+        // The schema admits only what the types accept; reaching this is a bug in awl,
+        // reported as a problem rather than a panic.
+        Err(e) => Err(Diagnostics(vec![Diagnostic {
+            file: file.to_path_buf(),
+            position: Default::default(),
+            field: String::new(),
+            message: format!("the file passed validation but could not be read: {e}"),
+        }])),
+    }
+}
+
+fn validator() -> &'static jsonschema::Validator {
+    static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| {
+        jsonschema::validator_for(&workflow_schema())
+            .unwrap_or_else(|e| panic!("awl's own workflow schema does not compile: {e}"))
+    })
+}
+
+/// Translate every schema error into a diagnostic at the right place.
+fn schema_problems(json: &Value, report: &mut Reporter<'_>) {
+    for error in validator().iter_errors(json) {
+        let pointer = error.instance_path().as_str().to_string();
+        let instance = json.pointer(&pointer).unwrap_or(&Value::Null);
+        match error.kind() {
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                let allowed = allowed_fields(error.schema_path().as_str());
+                for name in unexpected {
+                    let child = format!("{pointer}/{}", yaml::escape(name));
+                    report.at_key(&child, unknown_field(name, &allowed));
+                }
+            }
+            ValidationErrorKind::Required { property } => {
+                let name = property.as_str().unwrap_or_default();
+                let message = if is_step(&pointer) && instance.get("type").is_none() {
+                    format!(
+                        "a step needs a `type` (one of {}), or `tool` for a tool step",
+                        StepKind::TYPES.join(", ")
+                    )
+                } else {
+                    format!("missing field `{name}`")
+                };
+                report.at_value(&pointer, message);
+            }
+            ValidationErrorKind::Enum { options } => {
+                let choices = options
+                    .as_array()
+                    .map(|a| a.iter().map(show).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default();
+                let message = if pointer.ends_with("/type") && is_step(parent(&pointer)) {
+                    format!(
+                        "unknown step type {} (expected one of {choices})",
+                        show(instance)
+                    )
+                } else {
+                    format!("{} is not one of {choices}", show(instance))
+                };
+                report.at_value(&pointer, message);
+            }
+            ValidationErrorKind::Type { kind } => {
+                report.at_value(
+                    &pointer,
+                    format!(
+                        "expected {}, got {}",
+                        expected_type(kind),
+                        type_of(instance)
+                    ),
+                );
+            }
+            ValidationErrorKind::Pattern { pattern } => {
+                let message = if pointer.ends_with("/id") {
+                    format!(
+                        "{} is not a valid step id: use letters, digits, `_` and `-`, \
+                         starting with a letter or `_` (at most 64)",
+                        show(instance)
+                    )
+                } else {
+                    format!("{} does not match the pattern {pattern}", show(instance))
+                };
+                report.at_value(&pointer, message);
+            }
+            // anyOf / if-then wrappers repeat errors reported by their branches.
+            ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. } => {}
+            _ => report.at_value(&pointer, error.to_string()),
+        }
+    }
+}
+
+/// The fields allowed where an `additionalProperties` error was raised: the
+/// `properties` beside it in the schema.
+fn allowed_fields(schema_path: &str) -> Vec<String> {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    let schema = SCHEMA.get_or_init(workflow_schema);
+    let parent = schema_path
+        .strip_suffix("/additionalProperties")
+        .unwrap_or(schema_path);
+    schema
+        .pointer(&format!("{parent}/properties"))
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+fn unknown_field(name: &str, allowed: &[String]) -> String {
+    let closest = allowed
+        .iter()
+        .map(|a| (strsim_distance(name, a), a))
+        .filter(|(d, a)| *d <= 2.max(a.len() / 3))
+        .min_by_key(|(d, _)| *d);
+    match closest {
+        Some((_, a)) => format!("unknown field `{name}` (did you mean `{a}`?)"),
+        None if allowed.is_empty() => format!("unknown field `{name}`"),
+        None => format!(
+            "unknown field `{name}` (expected one of {})",
+            allowed
+                .iter()
+                .map(|a| format!("`{a}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Levenshtein distance, for "did you mean".
+fn strsim_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(row[j]).min(row[j + 1])
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Whether `pointer` is a step: an item of a list of steps.
+fn is_step(pointer: &str) -> bool {
+    if pointer.ends_with("/compensate") {
+        return true;
+    }
+    let Some((list, index)) = pointer.rsplit_once('/') else {
+        return false;
+    };
+    if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    let list_name = list.rsplit('/').next().unwrap_or_default();
+    matches!(
+        list_name,
+        "steps" | "if_true" | "if_false" | "on_success" | "on_failure"
+    )
+}
+
+fn parent(pointer: &str) -> &str {
+    pointer.rsplit_once('/').map_or("", |(p, _)| p)
+}
+
+fn show(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("`{s}`"),
+        other => other.to_string(),
+    }
+}
+
+fn expected_type(kind: &jsonschema::error::TypeKind) -> String {
+    match kind {
+        jsonschema::error::TypeKind::Single(t) => article(&t.to_string()),
+        jsonschema::error::TypeKind::Multiple(ts) => {
+            let names: Vec<String> = ts
+                .iter()
+                .filter(|t| t.to_string() != "null")
+                .map(|t| article(&t.to_string()))
+                .collect();
+            names.join(" or ")
+        }
+    }
+}
+
+fn article(t: &str) -> String {
+    match t {
+        "object" => "a mapping".into(),
+        "array" => "a list".into(),
+        "integer" => "a whole number".into(),
+        "null" => "nothing".into(),
+        other => format!("a {other}"),
+    }
+}
+
+fn type_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_f64() => "a number with a fraction",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// A step with `tool` and no `type` is a tool step (the older dialect): say so in
+/// the JSON before it becomes a [`Workflow`].
+fn default_step_types(json: &mut Value) {
+    match json {
+        Value::Object(map) => {
+            if map.contains_key("tool") && map.contains_key("id") && !map.contains_key("type") {
+                map.insert("type".into(), Value::String("tool".into()));
+            }
+            for value in map.values_mut() {
+                default_step_types(value);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(default_step_types),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edit_distance() {
+        assert_eq!(strsim_distance("comand", "command"), 1);
+        assert_eq!(strsim_distance("", "abc"), 3);
+        assert_eq!(strsim_distance("retry", "retry"), 0);
+    }
+
+    #[test]
+    fn steps_are_recognised_by_their_place() {
+        assert!(is_step("/steps/0"));
+        assert!(is_step("/steps/3/if_true/1"));
+        assert!(is_step("/steps/1/branches/0/steps/2"));
+        assert!(is_step("/on_failure/0"));
+        assert!(is_step("/steps/2/compensate"));
+        assert!(!is_step("/steps"));
+        assert!(!is_step("/steps/0/retry"));
+        assert!(!is_step("/inputs/steps"));
+    }
+}

@@ -1,0 +1,301 @@
+//! YAML to JSON, remembering where every value came from.
+//!
+//! Workflow files are validated as JSON (against the published JSON Schema, then by
+//! the semantic checks), but every problem must be reported at the line and column of
+//! the YAML that caused it. So the file is read once into a tree of
+//! [`serde_saphyr::Spanned`] nodes, which is turned into a plain
+//! [`serde_json::Value`] plus a [`SourceMap`] from JSON pointers (RFC 6901) to
+//! positions: the position of each value, and of each mapping key.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use serde_saphyr::Spanned;
+
+/// A line and column in a file, both from 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Position {
+    pub line: u64,
+    pub column: u64,
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.column)
+    }
+}
+
+impl Position {
+    fn of(location: &serde_saphyr::Location) -> Self {
+        Self {
+            line: location.line(),
+            column: location.column(),
+        }
+    }
+}
+
+/// Where each value (and each mapping key) of a document is, by JSON pointer.
+#[derive(Debug, Clone, Default)]
+pub struct SourceMap {
+    values: HashMap<String, Position>,
+    keys: HashMap<String, Position>,
+}
+
+impl SourceMap {
+    /// The position of the value at `pointer`, or of its closest ancestor that has one.
+    pub fn value(&self, pointer: &str) -> Position {
+        let mut p = pointer;
+        loop {
+            if let Some(pos) = self.values.get(p) {
+                return *pos;
+            }
+            match p.rfind('/') {
+                Some(i) => p = &p[..i],
+                None => return Position { line: 1, column: 1 },
+            }
+        }
+    }
+
+    /// The position of the key that holds the value at `pointer` (falls back to the
+    /// value's position).
+    pub fn key(&self, pointer: &str) -> Position {
+        self.keys
+            .get(pointer)
+            .copied()
+            .unwrap_or_else(|| self.value(pointer))
+    }
+}
+
+/// A YAML document that is not well-formed (or not representable as JSON).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct YamlError {
+    pub position: Option<Position>,
+    pub message: String,
+}
+
+/// Parse `source` into JSON and its source map.
+pub fn parse(source: &str) -> Result<(Value, SourceMap), YamlError> {
+    let options = serde_saphyr::options! {
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
+    };
+    let root: Spanned<Node> =
+        serde_saphyr::from_str_with_options(source, options).map_err(|e| YamlError {
+            position: e.location().map(|l| Position::of(&l)),
+            message: first_line(&e.to_string()),
+        })?;
+    let mut map = SourceMap::default();
+    let value = flatten(root, String::new(), &mut map);
+    Ok((value, map))
+}
+
+/// serde-saphyr renders a code snippet under its message; the first line is the message.
+fn first_line(message: &str) -> String {
+    message.lines().next().unwrap_or(message).trim().to_string()
+}
+
+fn flatten(node: Spanned<Node>, pointer: String, map: &mut SourceMap) -> Value {
+    map.values
+        .insert(pointer.clone(), Position::of(&node.referenced));
+    match node.value {
+        Node::Null => Value::Null,
+        Node::Bool(b) => Value::Bool(b),
+        Node::Number(n) => Value::Number(n),
+        Node::String(s) => Value::String(s),
+        Node::Seq(items) => Value::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| flatten(item, format!("{pointer}/{i}"), map))
+                .collect(),
+        ),
+        Node::Map(entries) => {
+            let mut object = Map::new();
+            for (key, value) in entries {
+                let child = format!("{pointer}/{}", escape(&key.value.0));
+                map.keys
+                    .insert(child.clone(), Position::of(&key.referenced));
+                object.insert(key.value.0, flatten(value, child, map));
+            }
+            Value::Object(object)
+        }
+    }
+}
+
+/// Escape one reference token of a JSON pointer (RFC 6901).
+pub fn escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// One YAML node with its children's positions.
+enum Node {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    Seq(Vec<Spanned<Node>>),
+    Map(Vec<(Spanned<Key>, Spanned<Node>)>),
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(NodeVisitor)
+    }
+}
+
+struct NodeVisitor;
+
+impl<'de> Visitor<'de> for NodeVisitor {
+    type Value = Node;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a YAML value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Node, E> {
+        Ok(Node::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Node, E> {
+        Ok(Node::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+        Node::deserialize(d)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Node, E> {
+        Ok(Node::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Node, E> {
+        Ok(Node::Number(v.into()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Node, E> {
+        Ok(Node::Number(v.into()))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node, E> {
+        Number::from_f64(v)
+            .map(Node::Number)
+            .ok_or_else(|| E::custom(format!("{v} is not a number JSON can hold")))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Node, E> {
+        Ok(Node::String(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Node, E> {
+        Ok(Node::String(v))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Spanned<Node>>()? {
+            items.push(item);
+        }
+        Ok(Node::Seq(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Node, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = access.next_key::<Spanned<Key>>()? {
+            let value = access.next_value::<Spanned<Node>>()?;
+            entries.push((key, value));
+        }
+        Ok(Node::Map(entries))
+    }
+}
+
+/// A mapping key: any scalar, as text (JSON keys are strings).
+struct Key(String);
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a scalar mapping key")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+                Ok(Key(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key, E> {
+                Ok(Key(v))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Key, E> {
+                Ok(Key(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Key, E> {
+                Ok(Key(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Key, E> {
+                Ok(Key(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Key, E> {
+                Ok(Key(v.to_string()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Key, E> {
+                Ok(Key("null".into()))
+            }
+        }
+        deserializer.deserialize_any(KeyVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn converts_to_json_and_remembers_positions() {
+        let source = "name: deploy\nversion: \"1.0\"\nsteps:\n  - id: build\n    type: shell\n    command: [cargo, build]\n  - id: ship\n    retry: {max_attempts: 3}\n";
+        let (value, map) = parse(source).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "name": "deploy", "version": "1.0",
+                "steps": [
+                    {"id": "build", "type": "shell", "command": ["cargo", "build"]},
+                    {"id": "ship", "retry": {"max_attempts": 3}}
+                ]
+            })
+        );
+        assert_eq!(map.value("/name"), Position { line: 1, column: 7 });
+        assert_eq!(map.key("/version"), Position { line: 2, column: 1 });
+        assert_eq!(
+            map.value("/steps/0/type"),
+            Position {
+                line: 5,
+                column: 11
+            }
+        );
+        assert_eq!(map.key("/steps/1/retry"), Position { line: 8, column: 5 });
+        assert_eq!(
+            map.value("/steps/1/retry/max_attempts"),
+            Position {
+                line: 8,
+                column: 27
+            }
+        );
+        assert_eq!(
+            map.value("/steps/0/command/1"),
+            Position {
+                line: 6,
+                column: 22
+            }
+        );
+        // An unknown pointer falls back to its closest known ancestor.
+        assert_eq!(map.value("/steps/1/nope/deeper"), map.value("/steps/1"));
+    }
+
+    #[test]
+    fn malformed_yaml_says_where() {
+        let err = parse("name: a\nsteps:\n  - id: [unclosed\n").unwrap_err();
+        assert!(err.position.is_some(), "{err:?}");
+        let err = parse("name: a\nname: b\n").unwrap_err();
+        assert!(err.message.contains("name"), "{err:?}");
+        assert_eq!(err.position.map(|p| p.line), Some(2), "{err:?}");
+    }
+
+    #[test]
+    fn pointer_tokens_are_escaped() {
+        let (_, map) = parse("a/b:\n  c~d: 1\n").unwrap();
+        assert_eq!(map.value("/a~1b/c~0d"), Position { line: 2, column: 8 });
+    }
+}
