@@ -17,6 +17,7 @@
 
 pub mod cli;
 pub mod domain;
+pub mod engine;
 pub mod expr;
 pub mod log;
 pub mod store;

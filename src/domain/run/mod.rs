@@ -236,10 +236,14 @@ impl Run {
     }
 
     /// RUNNING and WAITING follow from the steps and gates: WAITING while a gate is open
-    /// and no step runs.
+    /// and no step runs (other than one waiting at its own gate).
     fn settle(&mut self) {
         if self.status.is_some_and(RunStatus::is_active) {
-            let running = self.running_steps().next().is_some();
+            // A step waiting at its own open gate (a `gate` step) is waiting, not
+            // running.
+            let running = self
+                .running_steps()
+                .any(|(id, _)| !self.open_gates().any(|g| &g.step_id == id));
             let gate_open = self.open_gates().next().is_some();
             self.status = Some(if gate_open && !running {
                 RunStatus::Waiting
@@ -433,7 +437,9 @@ impl Aggregate for Run {
                 at,
                 ..
             } => {
-                let aborts = action == RecoveryAction::Abort;
+                // Both end the step's attempts; only Abort also fails the run, which
+                // is the executor's decision, not the fold's.
+                let aborts = matches!(action, RecoveryAction::Abort | RecoveryAction::Continue);
                 if let Some(record) = self.current_attempt_mut(&step_id, at) {
                     record.recovery = Some(action);
                 }

@@ -107,6 +107,9 @@ pub enum RecoveryAction {
     Escalate { gate_id: GateId },
     /// Give up: the failure is final and the run fails.
     Abort,
+    /// Give up on the step but not on the run: the failure is final and the run goes
+    /// on (`on_error: continue`); later steps can test the step's status.
+    Continue,
 }
 
 impl RecoveryAction {
@@ -120,6 +123,7 @@ impl RecoveryAction {
             Self::Fallback { .. } => "fallback",
             Self::Escalate { .. } => "escalate",
             Self::Abort => "abort",
+            Self::Continue => "continue",
         }
     }
 }

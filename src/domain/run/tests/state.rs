@@ -299,7 +299,7 @@ fn the_status_follows_steps_and_gates() {
         Waiting, // it succeeded, the gate is still open
         Running, // the gate was approved
         Waiting, // another gate opened
-        Running, // a step started while the gate is open
+        Waiting, // the gate's own step started: it waits at its gate
         Running, // the gate was rejected
         Running, // the step failed: nothing runs, no gate is open
     ];

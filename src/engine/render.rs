@@ -1,0 +1,184 @@
+//! From a step definition to the [`Work`] a worker performs: templates rendered
+//! against the run's state, declared tools expanded, a fallback tool applied.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::domain::ids::StepId;
+use crate::domain::run::{Run, StepState};
+use crate::expr::{EvalError, PrevStep, Scope, StepView, Template, render_value};
+use crate::workflow::model::{Step, StepKind, Workflow};
+
+use super::Work;
+
+/// What expressions see at a step: the run's inputs, every step of the workflow
+/// (`pending` before it runs), the step before this one, the allowlisted env.
+pub(crate) fn scope(
+    step_ids: &[String],
+    run: &Run,
+    prev: Option<&str>,
+    env: &BTreeMap<String, String>,
+) -> Scope {
+    let inputs = match run.inputs() {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    let view = |id: &str| -> StepView {
+        let Ok(step_id) = StepId::try_from(id) else {
+            return StepView::pending();
+        };
+        match run.step(&step_id) {
+            None => StepView::pending(),
+            Some(StepState::Succeeded { output, .. }) => StepView::succeeded(output.clone()),
+            Some(StepState::Failed { error, .. }) => StepView::failed(error.to_string()),
+            Some(other) => StepView::new(other.phase().as_str(), Value::Null),
+        }
+    };
+    Scope {
+        inputs,
+        steps: step_ids.iter().map(|id| (id.clone(), view(id))).collect(),
+        prev: prev.map(|id| PrevStep {
+            id: id.to_string(),
+            view: view(id),
+        }),
+        env: env.clone(),
+    }
+}
+
+/// Render a string field.
+pub(crate) fn text(source: &str, scope: &Scope) -> Result<String, String> {
+    Template::parse(source)
+        .map_err(|e| format!("`{source}`: {e}"))?
+        .render_text(scope)
+        .map_err(|e| e.to_string())
+}
+
+fn texts(sources: &[String], scope: &Scope) -> Result<Vec<String>, String> {
+    sources.iter().map(|s| text(s, scope)).collect()
+}
+
+fn text_map(
+    sources: &BTreeMap<String, String>,
+    scope: &Scope,
+) -> Result<BTreeMap<String, String>, String> {
+    sources
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), text(v, scope)?)))
+        .collect()
+}
+
+fn value(source: &Value, scope: &Scope) -> Result<Value, String> {
+    render_value(source, scope).map_err(|e: EvalError| e.to_string())
+}
+
+fn object(source: &Map<String, Value>, scope: &Scope) -> Result<Map<String, Value>, String> {
+    match value(&Value::Object(source.clone()), scope)? {
+        Value::Object(map) => Ok(map),
+        _ => Ok(Map::new()),
+    }
+}
+
+/// The work of one attempt of `step`. `tool_override` is a fallback tool chosen by
+/// a recovery. An error is a rendering problem (a `validation` failure of the step).
+pub(crate) fn work(
+    workflow: &Workflow,
+    step: &Step,
+    scope: &Scope,
+    tool_override: Option<&str>,
+) -> Result<Work, String> {
+    match &step.kind {
+        StepKind::Tool(t) => {
+            let inputs = object(&t.inputs, scope)?;
+            tool(workflow, tool_override.unwrap_or(&t.tool), inputs)
+        }
+        other => kind(other, scope),
+    }
+}
+
+/// The work of calling tool `name` with `inputs` (already rendered).
+pub(crate) fn tool(
+    workflow: &Workflow,
+    name: &str,
+    inputs: Map<String, Value>,
+) -> Result<Work, String> {
+    let Some(declared) = workflow.tools.iter().find(|t| t.header.name == name) else {
+        return Ok(Work::Builtin {
+            tool: name.to_string(),
+            inputs,
+        });
+    };
+    let mut with_defaults = inputs;
+    for (input, spec) in &declared.header.inputs {
+        if !with_defaults.contains_key(input) {
+            match &spec.default {
+                Some(default) => {
+                    with_defaults.insert(input.clone(), default.clone());
+                }
+                None if spec.required => {
+                    return Err(format!("tool `{name}` needs input `{input}`"));
+                }
+                None => {}
+            }
+        }
+    }
+    // A declared tool sees its own inputs, nothing of the run.
+    let tool_scope = Scope {
+        inputs: with_defaults,
+        ..Scope::default()
+    };
+    kind(&declared.kind, &tool_scope)
+}
+
+fn kind(kind: &StepKind, scope: &Scope) -> Result<Work, String> {
+    Ok(match kind {
+        StepKind::Shell(s) => {
+            let mut s = s.clone();
+            if let Some(command) = &s.command {
+                s.command = Some(texts(command, scope)?);
+            }
+            s.args = texts(&s.args, scope)?;
+            s.env = text_map(&s.env, scope)?;
+            s.working_dir = s
+                .working_dir
+                .as_deref()
+                .map(|d| text(d, scope))
+                .transpose()?;
+            s.stdin = s.stdin.as_deref().map(|d| text(d, scope)).transpose()?;
+            Work::Shell(s)
+        }
+        StepKind::Http(h) => {
+            let mut h = h.clone();
+            h.url = text(&h.url, scope)?;
+            h.headers = text_map(&h.headers, scope)?;
+            h.body = h.body.as_ref().map(|b| value(b, scope)).transpose()?;
+            Work::Http(h)
+        }
+        StepKind::Database(d) => {
+            let mut d = d.clone();
+            d.params = d
+                .params
+                .iter()
+                .map(|p| value(p, scope))
+                .collect::<Result<_, _>>()?;
+            Work::Database(d)
+        }
+        StepKind::Notify(n) => {
+            let mut n = n.clone();
+            n.message = text(&n.message, scope)?;
+            n.url = n.url.as_deref().map(|u| text(u, scope)).transpose()?;
+            n.mentions = texts(&n.mentions, scope)?;
+            Work::Notify(n)
+        }
+        StepKind::Tool(t) => Work::Builtin {
+            tool: t.tool.clone(),
+            inputs: object(&t.inputs, scope)?,
+        },
+        other => {
+            return Err(format!(
+                "a `{}` step is not performed by a worker",
+                other.type_name()
+            ));
+        }
+    })
+}

@@ -1,0 +1,1066 @@
+//! Scenarios: a workflow, a simulated worker that carries out effects as told, and
+//! the events the engine decides, tick by tick, with an injected clock.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use cqrs_es::Aggregate;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use crate::domain::Decide;
+use crate::domain::ids::{RunId, StepId};
+use crate::domain::run::{
+    ErrorClass, GateDecision, RecoveryAction, Run, RunCommand, RunEvent, RunStatus, StepState,
+};
+use crate::workflow::model::Workflow;
+use crate::workflow::validate::check;
+
+use super::*;
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 9, 0, 0).unwrap()
+}
+
+fn workflow(yaml: &str) -> Workflow {
+    match check(Path::new("test.awl.yaml"), yaml) {
+        Ok(checked) => checked.workflow,
+        Err(d) => panic!("test workflow is invalid:\n{d}"),
+    }
+}
+
+fn sid(s: &str) -> StepId {
+    StepId::try_from(s).unwrap()
+}
+
+/// A run, the clock, and what the worker is doing.
+struct Sim {
+    def: Workflow,
+    run: Run,
+    now: DateTime<Utc>,
+    in_flight: BTreeSet<String>,
+    outcomes: Vec<StepOutcome>,
+    compensations: Vec<CompensationOutcome>,
+    env: std::collections::BTreeMap<String, String>,
+    /// Every event, in order.
+    log: Vec<RunEvent>,
+}
+
+impl Sim {
+    fn start(yaml: &str, inputs: Value) -> Self {
+        Self::from_def(workflow(yaml), inputs)
+    }
+
+    fn from_def(def: Workflow, inputs: Value) -> Self {
+        let mut run = Run::default();
+        let Value::Object(inputs) = inputs else {
+            panic!("inputs must be an object")
+        };
+        let inputs = crate::workflow::inputs::resolve(
+            &def.inputs,
+            inputs,
+            crate::workflow::inputs::Given::Json,
+        )
+        .unwrap_or_else(|p| panic!("{p:?}"));
+        let start = start_command(
+            &def,
+            "1.0.0",
+            RunId::from_uuid(Uuid::from_u128(42)),
+            inputs,
+            None,
+            t0(),
+        )
+        .unwrap();
+        let mut log = Vec::new();
+        for e in run.decide(start).unwrap() {
+            run.apply(e.clone());
+            log.push(e);
+        }
+        Sim {
+            def,
+            run,
+            now: t0(),
+            in_flight: BTreeSet::new(),
+            outcomes: Vec::new(),
+            compensations: Vec::new(),
+            env: Default::default(),
+            log,
+        }
+    }
+
+    fn at(&mut self, seconds: i64) -> &mut Self {
+        self.now = t0() + Duration::seconds(seconds);
+        self
+    }
+
+    /// One tick: apply its events, mark its performed work in flight.
+    fn tick(&mut self) -> Tick {
+        let input = TickInput {
+            now: self.now,
+            outcomes: std::mem::take(&mut self.outcomes),
+            compensations: std::mem::take(&mut self.compensations),
+            in_flight: self.in_flight.clone(),
+            env: self.env.clone(),
+        };
+        let tick = super::tick(&self.def, &self.run, &input).unwrap_or_else(|e| panic!("{e}"));
+        for e in &tick.events {
+            self.run.apply(e.clone());
+            self.log.push(e.clone());
+        }
+        for effect in &tick.effects {
+            if let Effect::Perform { key, .. } | Effect::Compensate { key, .. } = effect {
+                self.in_flight.insert(key.clone());
+            }
+        }
+        assert_eq!(
+            self.run, tick.state,
+            "the tick's state is the fold of its events"
+        );
+        tick
+    }
+
+    /// The worker reports an attempt's outcome.
+    fn report(&mut self, step: &str, result: Result<Value, (ErrorClass, &str)>) -> &mut Self {
+        let attempt = self.run.step(&sid(step)).map(|s| s.attempt()).unwrap_or(1);
+        self.in_flight
+            .retain(|k| !k.ends_with(&format!("/{step}/{attempt}")));
+        self.outcomes.push(StepOutcome {
+            step_id: sid(step),
+            attempt,
+            result: result
+                .map(|output| Done {
+                    output,
+                    ..Done::default()
+                })
+                .map_err(|(class, message)| Failure {
+                    class,
+                    message: message.into(),
+                }),
+        });
+        self
+    }
+
+    fn succeed(&mut self, step: &str) -> Tick {
+        self.report(step, Ok(json!({"step": step})));
+        self.tick()
+    }
+
+    fn fail(&mut self, step: &str, class: ErrorClass) -> Tick {
+        self.report(step, Err((class, "boom")));
+        self.tick()
+    }
+
+    fn status(&self, step: &str) -> Option<&'static str> {
+        self.run.step(&sid(step)).map(|s| s.phase().as_str())
+    }
+
+    fn decide(&mut self, command: RunCommand) {
+        for e in self.run.decide(command).unwrap() {
+            self.run.apply(e.clone());
+            self.log.push(e);
+        }
+    }
+}
+
+/// The step ids of the Perform effects of a tick.
+fn performed(tick: &Tick) -> Vec<String> {
+    tick.effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Perform { step_id, .. } => Some(step_id.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn types(events: &[RunEvent]) -> Vec<String> {
+    use cqrs_es::DomainEvent;
+    events.iter().map(|e| e.event_type()).collect()
+}
+
+const THREE: &str = r#"
+name: three
+version: "1.0.0"
+inputs:
+  who: {type: string, default: world}
+steps:
+  - id: a
+    tool: echo
+    inputs: {message: "hello ${{ inputs.who }}"}
+  - id: b
+    tool: noop
+    inputs: {from_a: "${{ steps.a.outputs.step }}"}
+  - id: c
+    tool: noop
+outputs:
+  greeting: "${{ steps.a.outputs }}"
+  count: 3
+"#;
+
+#[test]
+fn steps_run_in_order_each_started_once_its_predecessor_succeeded() {
+    let mut sim = Sim::start(THREE, json!({"who": "ada"}));
+    let first = sim.tick();
+    assert_eq!(
+        types(&first.events),
+        vec!["run.step_scheduled", "run.step_started"]
+    );
+    assert_eq!(performed(&first), vec!["a"]);
+    match &first.effects[0] {
+        Effect::Perform {
+            work: Work::Builtin { tool, inputs },
+            key,
+            ..
+        } => {
+            assert_eq!(tool, "echo");
+            assert_eq!(inputs["message"], "hello ada");
+            assert!(key.ends_with("/a/1"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing new while a is in flight.
+    let idle = sim.tick();
+    assert!(
+        idle.events.is_empty() && idle.effects.is_empty(),
+        "{idle:?}"
+    );
+    assert_eq!(idle.wake_at, None);
+
+    let second = sim.succeed("a");
+    assert_eq!(
+        types(&second.events),
+        vec![
+            "run.step_succeeded",
+            "run.step_scheduled",
+            "run.step_started"
+        ]
+    );
+    match &second.effects[0] {
+        Effect::Perform {
+            work: Work::Builtin { inputs, .. },
+            ..
+        } => assert_eq!(inputs["from_a"], "a"),
+        other => panic!("{other:?}"),
+    }
+    sim.succeed("b");
+    let last = sim.succeed("c");
+    assert_eq!(types(&last.events).last().unwrap(), "run.completed");
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+    match sim.run.outcome() {
+        Some(crate::domain::run::RunOutcome::Succeeded { outputs, .. }) => {
+            assert_eq!(outputs, &json!({"greeting": {"step": "a"}, "count": 3}));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(last.is_finished());
+    assert_eq!(last.wake_at, None);
+}
+
+#[test]
+fn a_false_guard_skips_the_step_and_later_steps_see_it() {
+    let mut sim = Sim::start(
+        r#"
+name: guard
+version: "1.0.0"
+inputs:
+  deploy: {type: boolean, default: false}
+steps:
+  - id: ship
+    tool: noop
+    if: "inputs.deploy"
+  - id: report
+    tool: echo
+    inputs: {message: "ship was ${{ steps.ship.status }}"}
+"#,
+        json!({}),
+    );
+    let tick = sim.tick();
+    assert_eq!(sim.status("ship"), Some("skipped"));
+    match &tick.effects[..] {
+        [
+            Effect::Perform {
+                step_id,
+                work: Work::Builtin { inputs, .. },
+                ..
+            },
+        ] => {
+            assert_eq!(step_id.as_str(), "report");
+            assert_eq!(inputs["message"], "ship was skipped");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+const RETRY: &str = r#"
+name: retry
+version: "1.0.0"
+steps:
+  - id: call
+    tool: noop
+    retry: {max_attempts: 3, backoff: exponential, base_seconds: 2}
+  - id: after
+    tool: noop
+"#;
+
+#[test]
+fn retries_wait_for_their_back_off_in_the_log_not_in_a_worker() {
+    let mut sim = Sim::start(RETRY, json!({}));
+    sim.tick();
+    let failed = sim.fail("call", ErrorClass::Network);
+    assert_eq!(
+        types(&failed.events),
+        vec![
+            "run.step_failed",
+            "run.recovery_applied",
+            "run.step_retried"
+        ]
+    );
+    assert_eq!(failed.wake_at, Some(t0() + Duration::seconds(2)));
+    assert!(
+        failed.effects.is_empty(),
+        "nothing runs before the back-off"
+    );
+
+    let early = sim.at(1).tick();
+    assert!(early.events.is_empty() && early.effects.is_empty());
+    assert_eq!(early.wake_at, Some(t0() + Duration::seconds(2)));
+
+    let due = sim.at(2).tick();
+    assert_eq!(types(&due.events), vec!["run.step_started"]);
+    assert_eq!(performed(&due), vec!["call"]);
+    match &due.effects[0] {
+        Effect::Perform { attempt, key, .. } => {
+            assert_eq!(*attempt, 2);
+            assert!(key.ends_with("/call/2"), "a new attempt, a new key");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Second failure: 4 s (exponential); third: out of attempts, the run fails.
+    let again = sim.at(3).fail("call", ErrorClass::Network);
+    assert_eq!(again.wake_at, Some(t0() + Duration::seconds(7)));
+    sim.at(7).tick();
+    let last = sim.at(8).fail("call", ErrorClass::Network);
+    assert!(
+        types(&last.events).contains(&"run.failed".to_string()),
+        "{:?}",
+        types(&last.events)
+    );
+    assert_eq!(sim.run.status(), Some(RunStatus::Failed));
+    assert_eq!(sim.status("after"), None, "later steps never ran");
+    assert_eq!(sim.run.attempts(&sid("call")).len(), 3);
+}
+
+#[test]
+fn on_error_decides_what_a_failure_means_for_the_run() {
+    for (mode, run_status, step_status, after_runs) in [
+        ("abort", RunStatus::Failed, "failed", false),
+        ("skip", RunStatus::Succeeded, "skipped", true),
+        ("continue", RunStatus::Succeeded, "failed", true),
+        ("retry", RunStatus::Failed, "failed", false),
+    ] {
+        let yaml = format!(
+            r#"
+name: modes
+version: "1.0.0"
+steps:
+  - id: flaky
+    tool: noop
+    on_error: {mode}
+  - id: after
+    tool: echo
+    inputs: {{message: "flaky ${{{{ steps.flaky.status }}}}"}}
+"#
+        );
+        let mut sim = Sim::start(&yaml, json!({}));
+        sim.tick();
+        let mut tick = sim.fail("flaky", ErrorClass::Unknown);
+        if mode == "retry" {
+            // Three attempts with exponential back-off from 1 s, then abort.
+            sim.at(1).tick();
+            sim.at(1).fail("flaky", ErrorClass::Unknown);
+            sim.at(3).tick();
+            tick = sim.at(3).fail("flaky", ErrorClass::Unknown);
+            assert_eq!(sim.run.attempts(&sid("flaky")).len(), 3);
+        }
+        if after_runs {
+            match &tick.effects[..] {
+                [
+                    Effect::Perform {
+                        step_id,
+                        work: Work::Builtin { inputs, .. },
+                        ..
+                    },
+                ] => {
+                    assert_eq!(step_id.as_str(), "after", "{mode}");
+                    assert_eq!(inputs["message"], format!("flaky {step_status}"), "{mode}");
+                }
+                other => panic!("{mode}: {other:?}"),
+            }
+            sim.succeed("after");
+        }
+        assert_eq!(sim.run.status(), Some(run_status), "{mode}");
+        assert_eq!(sim.status("flaky"), Some(step_status), "{mode}");
+    }
+}
+
+const GATED: &str = r#"
+name: gated
+version: "1.0.0"
+steps:
+  - id: approve
+    type: gate
+    message: "Ship ${{ inputs.what }}?"
+    approvers: [ops]
+    timeout_seconds: 60
+    on_timeout: fail
+  - id: ship
+    tool: noop
+inputs:
+  what: {type: string, default: v2}
+"#;
+
+fn open_gate(sim: &Sim) -> crate::domain::run::Gate {
+    sim.run.open_gates().next().cloned().expect("an open gate")
+}
+
+#[test]
+fn a_gate_waits_for_a_person_and_an_approval_moves_the_run_on() {
+    let mut sim = Sim::start(GATED, json!({}));
+    let tick = sim.tick();
+    assert_eq!(
+        types(&tick.events),
+        vec!["run.step_scheduled", "run.step_started", "run.gate_opened"]
+    );
+    assert_eq!(sim.run.status(), Some(RunStatus::Waiting));
+    let gate = open_gate(&sim);
+    assert_eq!(gate.message, "Ship v2?");
+    assert_eq!(gate.expires_at, Some(t0() + Duration::seconds(60)));
+    assert_eq!(
+        tick.wake_at,
+        Some(t0() + Duration::seconds(60)),
+        "woken at expiry"
+    );
+
+    sim.at(10).decide(RunCommand::ApproveGate {
+        gate_id: gate.gate_id,
+        by: "ops".into(),
+        comment: Some("go".into()),
+        at: t0() + Duration::seconds(10),
+    });
+    let moved = sim.tick();
+    assert_eq!(performed(&moved), vec!["ship"]);
+    assert_eq!(
+        sim.run.succeeded_output(&sid("approve")).unwrap()["by"],
+        "ops"
+    );
+}
+
+#[test]
+fn a_rejected_or_expired_gate_fails_the_run() {
+    let mut sim = Sim::start(GATED, json!({}));
+    sim.tick();
+    let gate = open_gate(&sim);
+    sim.decide(RunCommand::RejectGate {
+        gate_id: gate.gate_id,
+        by: "ops".into(),
+        comment: "not today".into(),
+        at: t0() + Duration::seconds(5),
+    });
+    sim.at(5).tick();
+    assert_eq!(sim.run.status(), Some(RunStatus::Failed));
+    match sim.run.outcome() {
+        Some(crate::domain::run::RunOutcome::Failed {
+            reason,
+            error_class,
+            ..
+        }) => {
+            assert!(reason.contains("rejected by ops: not today"), "{reason}");
+            assert_eq!(*error_class, Some(ErrorClass::Validation));
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let mut late = Sim::start(GATED, json!({}));
+    late.tick();
+    let tick = late.at(59).tick();
+    assert!(tick.events.is_empty());
+    late.at(60).tick();
+    assert!(matches!(
+        late.run.gates()[0].decision,
+        Some(GateDecision::Expired { .. })
+    ));
+    assert_eq!(late.run.status(), Some(RunStatus::Failed));
+}
+
+const BRANCHING: &str = r#"
+name: branching
+version: "1.0.0"
+inputs:
+  big: {type: boolean, required: true}
+steps:
+  - id: choose
+    type: conditional
+    condition: "inputs.big"
+    if_true:
+      - {id: big_one, tool: noop}
+      - {id: big_two, tool: noop}
+    if_false:
+      - {id: small, tool: noop}
+  - id: after
+    tool: echo
+    inputs: {message: "${{ steps.small.status }}"}
+"#;
+
+#[test]
+fn a_conditional_records_its_branch_and_skips_the_other() {
+    let mut sim = Sim::start(BRANCHING, json!({"big": true}));
+    let tick = sim.tick();
+    assert_eq!(
+        sim.run.succeeded_output(&sid("choose")).unwrap()["branch"],
+        "if_true"
+    );
+    assert_eq!(sim.status("small"), Some("skipped"));
+    assert_eq!(performed(&tick), vec!["big_one"]);
+    sim.succeed("big_one");
+    let tick = sim.succeed("big_two");
+    match &tick.effects[..] {
+        [
+            Effect::Perform {
+                step_id,
+                work: Work::Builtin { inputs, .. },
+                ..
+            },
+        ] => {
+            assert_eq!(step_id.as_str(), "after");
+            assert_eq!(inputs["message"], "skipped");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let mut small = Sim::start(BRANCHING, json!({"big": false}));
+    let tick = small.tick();
+    assert_eq!(performed(&tick), vec!["small"]);
+    assert_eq!(small.status("big_one"), Some("skipped"));
+    assert_eq!(small.status("big_two"), Some("skipped"));
+}
+
+const PARALLEL: &str = r#"
+name: fan
+version: "1.0.0"
+steps:
+  - id: fan
+    type: parallel
+    wait_for: all
+    branches:
+      - name: left
+        steps: [{id: l1, tool: noop}, {id: l2, tool: noop}]
+      - name: right
+        steps: [{id: r1, tool: noop}]
+  - id: join
+    tool: noop
+"#;
+
+#[test]
+fn parallel_branches_start_together_and_join() {
+    let mut sim = Sim::start(PARALLEL, json!({}));
+    let tick = sim.tick();
+    assert_eq!(performed(&tick), vec!["l1", "r1"]);
+    assert_eq!(performed(&sim.succeed("r1")), Vec::<String>::new());
+    assert_eq!(performed(&sim.succeed("l1")), vec!["l2"]);
+    let joined = sim.succeed("l2");
+    assert_eq!(performed(&joined), vec!["join"]);
+    assert_eq!(
+        sim.run.succeeded_output(&sid("fan")).unwrap(),
+        &json!({"branches": {"left": "succeeded", "right": "succeeded"}})
+    );
+}
+
+#[test]
+fn a_failed_branch_fails_the_parallel_step() {
+    let mut sim = Sim::start(PARALLEL, json!({}));
+    sim.tick();
+    sim.fail("r1", ErrorClass::Network);
+    assert_eq!(
+        sim.status("fan"),
+        Some("running"),
+        "waits for the other branch"
+    );
+    sim.succeed("l1");
+    sim.succeed("l2");
+    assert_eq!(sim.status("fan"), Some("failed"));
+    assert_eq!(sim.run.status(), Some(RunStatus::Failed));
+}
+
+#[test]
+fn max_concurrency_and_wait_for_any() {
+    let yaml = r#"
+name: race
+version: "1.0.0"
+steps:
+  - id: race
+    type: parallel
+    wait_for: any
+    max_concurrency: 1
+    branches:
+      - name: a
+        steps: [{id: a1, tool: noop}]
+      - name: b
+        steps: [{id: b1, tool: noop}]
+  - id: next
+    tool: noop
+"#;
+    let mut sim = Sim::start(yaml, json!({}));
+    assert_eq!(performed(&sim.tick()), vec!["a1"], "one branch at a time");
+    let tick = sim.succeed("a1");
+    assert_eq!(
+        sim.run.succeeded_output(&sid("race")).unwrap()["winner"],
+        "a"
+    );
+    assert_eq!(performed(&tick), vec!["next"]);
+    assert_eq!(sim.status("b1"), None, "the loser never started");
+}
+
+const SAGA: &str = r#"
+name: saga
+version: "1.0.0"
+steps:
+  - id: reserve
+    tool: echo
+    inputs: {message: reserved}
+    compensate:
+      id: release
+      tool: echo
+      inputs: {message: "release ${{ steps.reserve.outputs.step }}"}
+  - id: charge
+    tool: noop
+    compensate: {id: refund, tool: noop}
+  - id: ship
+    tool: noop
+on_failure:
+  - id: alert
+    type: notify
+    message: "saga failed at ${{ steps.ship.status }}"
+"#;
+
+#[test]
+fn a_failed_run_runs_its_hooks_then_compensates_in_reverse_order() {
+    let mut sim = Sim::start(SAGA, json!({}));
+    sim.tick();
+    sim.succeed("reserve");
+    sim.succeed("charge");
+    let failed = sim.fail("ship", ErrorClass::Dependency);
+    // The on_failure hook runs first, as a step.
+    match &failed.effects[..] {
+        [
+            Effect::Perform {
+                step_id,
+                work: Work::Notify(n),
+                ..
+            },
+        ] => {
+            assert_eq!(step_id.as_str(), "alert");
+            assert_eq!(n.message, "saga failed at failed");
+        }
+        other => panic!("{other:?}"),
+    }
+    let compensating = sim.succeed("alert");
+    assert_eq!(sim.run.status(), Some(RunStatus::Compensating));
+    assert_eq!(
+        sim.run.compensation().unwrap().steps,
+        vec![sid("charge"), sid("reserve")],
+        "most recent first"
+    );
+    match &compensating.effects[..] {
+        [Effect::Compensate { step_id, key, .. }] => {
+            assert_eq!(step_id.as_str(), "charge");
+            assert!(key.ends_with("/charge/compensate"));
+        }
+        other => panic!("{other:?}"),
+    }
+    sim.compensations.push(CompensationOutcome {
+        step_id: sid("charge"),
+        error: None,
+    });
+    let next = sim.tick();
+    match &next.effects[..] {
+        [
+            Effect::Compensate {
+                step_id,
+                work: Work::Builtin { inputs, .. },
+                ..
+            },
+        ] => {
+            assert_eq!(step_id.as_str(), "reserve");
+            assert_eq!(inputs["message"], "release reserve");
+        }
+        other => panic!("{other:?}"),
+    }
+    sim.compensations.push(CompensationOutcome {
+        step_id: sid("reserve"),
+        error: Some("gone".into()),
+    });
+    sim.tick();
+    assert_eq!(sim.run.status(), Some(RunStatus::Failed));
+    match sim.run.outcome() {
+        Some(crate::domain::run::RunOutcome::Failed {
+            reason,
+            error_class,
+            ..
+        }) => {
+            assert_eq!(reason, "step `ship` failed: boom");
+            assert_eq!(*error_class, Some(ErrorClass::Dependency));
+        }
+        other => panic!("{other:?}"),
+    }
+    let ran = &sim.run.compensation().unwrap().ran;
+    assert!(ran[0].succeeded && !ran[1].succeeded);
+}
+
+#[test]
+fn on_success_hooks_run_before_the_run_completes() {
+    let yaml = r#"
+name: hooked
+version: "1.0.0"
+steps:
+  - {id: work, tool: noop}
+on_success:
+  - {id: tell, type: notify, message: done}
+"#;
+    let mut sim = Sim::start(yaml, json!({}));
+    sim.tick();
+    let tick = sim.succeed("work");
+    assert_eq!(performed(&tick), vec!["tell"]);
+    assert_eq!(sim.run.status(), Some(RunStatus::Running));
+    // A failing hook does not fail the run.
+    sim.fail("tell", ErrorClass::Network);
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+}
+
+#[test]
+fn a_running_attempt_whose_worker_died_is_started_again_with_the_same_key() {
+    let mut sim = Sim::start(THREE, json!({}));
+    let first = sim.tick();
+    let Effect::Perform { key, .. } = &first.effects[0] else {
+        panic!()
+    };
+    let key = key.clone();
+    // A new worker picks the run up: nothing is in flight there.
+    sim.in_flight.clear();
+    let again = sim.at(30).tick();
+    assert_eq!(types(&again.events), vec!["run.step_started"]);
+    match &again.effects[..] {
+        [
+            Effect::Perform {
+                key: k, attempt, ..
+            },
+        ] => {
+            assert_eq!(k, &key, "same attempt, same idempotency key");
+            assert_eq!(*attempt, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        sim.run.attempts(&sid("a"))[0].restarted_at,
+        vec![t0() + Duration::seconds(30)]
+    );
+    // Its outcome is recorded once.
+    sim.succeed("a");
+    let succeeded = sim
+        .log
+        .iter()
+        .filter(|e| matches!(e, RunEvent::StepSucceeded { step_id, .. } if step_id.as_str() == "a"))
+        .count();
+    assert_eq!(succeeded, 1);
+}
+
+#[test]
+fn step_and_run_timeouts() {
+    let yaml = r#"
+name: slow
+version: "1.0.0"
+timeout_seconds: 100
+steps:
+  - {id: slow, tool: sleep, inputs: {seconds: 5}, timeout_seconds: 10, on_error: continue}
+  - {id: slower, tool: noop}
+"#;
+    let mut sim = Sim::start(yaml, json!({}));
+    let tick = sim.tick();
+    assert_eq!(tick.wake_at, Some(t0() + Duration::seconds(10)));
+    match &tick.effects[0] {
+        Effect::Perform { timeout_ms, .. } => assert_eq!(*timeout_ms, Some(10_000)),
+        other => panic!("{other:?}"),
+    }
+    let timed_out = sim.at(10).tick();
+    assert_eq!(types(&timed_out.events)[0], "run.step_failed");
+    assert_eq!(sim.status("slow"), Some("failed"));
+    assert_eq!(performed(&timed_out), vec!["slower"], "on_error: continue");
+    // A late outcome of the timed-out attempt is ignored.
+    sim.report("slow", Ok(json!({})));
+    // The whole run times out at 100 s.
+    let deadline = sim.at(100).tick();
+    assert!(types(&deadline.events).contains(&"run.failed".to_string()));
+    match sim.run.outcome() {
+        Some(crate::domain::run::RunOutcome::Failed { error_class, .. }) => {
+            assert_eq!(*error_class, Some(ErrorClass::Timeout))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_step_cost_over_the_budget_stops_the_run() {
+    let yaml = r#"
+name: costly
+version: "1.0.0"
+cost_budget_usd: 1.0
+steps:
+  - {id: think, tool: noop}
+  - {id: more, tool: noop}
+"#;
+    let mut sim = Sim::start(yaml, json!({}));
+    sim.tick();
+    sim.outcomes.push(StepOutcome {
+        step_id: sid("think"),
+        attempt: 1,
+        result: Ok(Done {
+            output: json!({}),
+            cost_usd: Some(1.5),
+            tokens: Some(900),
+        }),
+    });
+    let tick = sim.tick();
+    assert!(types(&tick.events).contains(&"run.budget_exceeded".to_string()));
+    assert!(performed(&tick).is_empty(), "nothing more is started");
+    assert_eq!(sim.run.status(), Some(RunStatus::Failed));
+    match sim.run.outcome() {
+        Some(crate::domain::run::RunOutcome::Failed { error_class, .. }) => {
+            assert_eq!(*error_class, Some(ErrorClass::Budget))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn handlers_escalate_fall_back_and_increase_timeouts() {
+    let yaml = r#"
+name: healing
+version: "1.0.0"
+error_handlers:
+  - {class: authentication, action: escalate, approvers: [ops]}
+steps:
+  - id: fetch
+    tool: echo
+    inputs: {message: hi}
+    timeout_seconds: 10
+    error_handlers:
+      - {class: network, action: fallback, fallback_tool: noop}
+      - {class: timeout, action: increase_timeout, timeout_factor: 3}
+"#;
+    let mut sim = Sim::start(yaml, json!({}));
+    sim.tick();
+    // network -> fallback to noop, at once.
+    let fallback = sim.fail("fetch", ErrorClass::Network);
+    match &fallback.effects[..] {
+        [
+            Effect::Perform {
+                attempt: 2,
+                work: Work::Builtin { tool, .. },
+                ..
+            },
+        ] => assert_eq!(tool, "noop"),
+        other => panic!("{other:?}"),
+    }
+    // timeout -> a longer timeout.
+    let longer = sim.fail("fetch", ErrorClass::Timeout);
+    match &longer.effects[..] {
+        [
+            Effect::Perform {
+                attempt: 3,
+                timeout_ms,
+                ..
+            },
+        ] => assert_eq!(*timeout_ms, Some(30_000)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        sim.run.attempts(&sid("fetch"))[1].recovery,
+        Some(RecoveryAction::IncreaseTimeout {
+            new_timeout_seconds: 30
+        })
+    );
+    // authentication -> (workflow handler) a person is asked.
+    let asked = sim.fail("fetch", ErrorClass::Authentication);
+    assert!(asked.effects.is_empty());
+    let gate = open_gate(&sim);
+    assert_eq!(gate.approvers, vec!["ops".to_string()]);
+    assert!(
+        gate.message.contains("step `fetch` failed"),
+        "{}",
+        gate.message
+    );
+    sim.decide(RunCommand::ApproveGate {
+        gate_id: gate.gate_id,
+        by: "ops".into(),
+        comment: None,
+        at: t0(),
+    });
+    let retried = sim.tick();
+    assert_eq!(performed(&retried), vec!["fetch"]);
+    assert!(matches!(
+        &retried.effects[0],
+        Effect::Perform { attempt: 4, .. }
+    ));
+}
+
+#[test]
+fn agent_and_workflow_steps_wait_for_what_they_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = dir.path().join("child.awl.yaml");
+    std::fs::write(
+        &child,
+        "name: child\nversion: \"1.0.0\"\nsteps: [{id: x, tool: noop}]\n",
+    )
+    .unwrap();
+    let yaml = r#"
+name: delegate
+version: "1.0.0"
+steps:
+  - id: code
+    type: agent
+    prompt: "implement ${{ inputs.feature }}"
+    capabilities: [rust]
+    workspace: {repository: org/app, branch: main}
+  - id: sub
+    type: workflow
+    workflow: ./child.awl.yaml
+    inputs: {from: "${{ steps.code.outputs.pr }}"}
+inputs:
+  feature: {type: string, default: health}
+"#;
+    let def = match check(&dir.path().join("parent.awl.yaml"), yaml) {
+        Ok(c) => c.workflow,
+        Err(d) => panic!("{d}"),
+    };
+    let mut sim = Sim::from_def(def, json!({}));
+    let tick = sim.tick();
+    match &tick.effects[..] {
+        [
+            Effect::QueueTask {
+                task_id: id,
+                prompt,
+                capabilities,
+                repository,
+                branch,
+                ..
+            },
+        ] => {
+            assert_eq!(prompt, "implement health");
+            assert_eq!(capabilities, &vec!["rust".to_string()]);
+            assert_eq!(repository.as_deref(), Some("org/app"));
+            assert_eq!(branch.as_deref(), Some("main"));
+            assert_eq!(
+                *id,
+                task_id(RunId::from_uuid(Uuid::from_u128(42)), &sid("code"), 1)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(sim.tick().effects.is_empty(), "the task is queued once");
+    sim.report("code", Ok(json!({"pr": 17})));
+    let tick = sim.tick();
+    match &tick.effects[..] {
+        [
+            Effect::StartChild {
+                workflow,
+                inputs,
+                run_id,
+                ..
+            },
+        ] => {
+            assert_eq!(workflow, "./child.awl.yaml");
+            assert_eq!(
+                inputs["from"],
+                json!(17),
+                "a lone expression keeps its type"
+            );
+            assert_eq!(
+                *run_id,
+                child_run_id(RunId::from_uuid(Uuid::from_u128(42)), &sid("sub"), 1)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_child_run_that_ends_wakes_its_parent() {
+    let def = workflow("name: child\nversion: \"1.0.0\"\nsteps: [{id: x, tool: noop}]\n");
+    let parent = crate::domain::run::ParentRef {
+        run_id: RunId::from_uuid(Uuid::from_u128(1)),
+        step_id: sid("sub"),
+    };
+    let mut run = Run::default();
+    let start = start_command(
+        &def,
+        "1.0.0",
+        RunId::from_uuid(Uuid::from_u128(2)),
+        Map::new(),
+        Some(parent.clone()),
+        t0(),
+    )
+    .unwrap();
+    for e in run.decide(start).unwrap() {
+        run.apply(e);
+    }
+    let input = TickInput {
+        now: t0(),
+        ..TickInput::default()
+    };
+    let first = tick(&def, &run, &input).unwrap();
+    let mut run = first.state.clone();
+    let input = TickInput {
+        now: t0(),
+        outcomes: vec![StepOutcome {
+            step_id: sid("x"),
+            attempt: 1,
+            result: Ok(Done::default()),
+        }],
+        ..TickInput::default()
+    };
+    let done = tick(&def, &run, &input).unwrap();
+    assert!(done.effects.contains(&Effect::WakeParent(parent)));
+    run = done.state;
+    assert!(run.is_terminal());
+}
+
+#[test]
+fn replaying_a_finished_run_decides_nothing_new() {
+    let mut sim = Sim::start(SAGA, json!({}));
+    sim.tick();
+    sim.succeed("reserve");
+    sim.succeed("charge");
+    sim.succeed("ship");
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+    // Fold the log again from scratch: same state, and a tick adds nothing.
+    let mut replayed = Run::default();
+    for e in &sim.log {
+        replayed.apply(e.clone());
+    }
+    assert_eq!(replayed, sim.run);
+    let tick = super::tick(
+        &sim.def,
+        &replayed,
+        &TickInput {
+            now: t0() + Duration::days(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(tick.events.is_empty() && tick.effects.is_empty());
+    // The succeeded steps' outputs are the recorded ones.
+    assert!(matches!(
+        replayed.step(&sid("reserve")),
+        Some(StepState::Succeeded { .. })
+    ));
+}
