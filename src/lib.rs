@@ -7,6 +7,8 @@
 //! - [`domain`]: the four aggregates (workflow, run, task, agent) as pure
 //!   `decide` / `apply` functions driven by cqrs-es. No I/O, no clock.
 //! - [`expr`]: the expression language of workflow files: CEL conditions, templates. Pure.
+//! - [`runners`]: one attempt of one step (shell, http, database, notify, built-in
+//!   tools): the I/O edge of the executor, with timeouts, caps and circuit breakers.
 //! - [`store`]: the event store over Postgres or embedded SQLite: appends with
 //!   optimistic concurrency and group commit, reads, gap-free tails, transactions.
 //!
@@ -20,5 +22,6 @@ pub mod domain;
 pub mod engine;
 pub mod expr;
 pub mod log;
+pub mod runners;
 pub mod store;
 pub mod workflow;

@@ -1,0 +1,447 @@
+//! Circuit breakers: stop hammering a program, host or database that keeps failing.
+//!
+//! Retries and error handlers work per step; without a breaker, a hundred runs whose
+//! steps call the same broken API each retry it, and the API (or whoever is paged for
+//! it) gets all of them. A breaker is kept per key (`shell:<program>`,
+//! `http:<host>:<port>`, `database:<connection>`; built-in tools have none) and is a
+//! three-state machine:
+//!
+//! - **closed**: calls go through; consecutive failures are counted, and a success
+//!   resets the count. At [`BreakerConfig::failures`] consecutive failures it opens.
+//! - **open**: calls fail at once with class `dependency` and a message saying the
+//!   circuit is open and until when, for [`BreakerConfig::open_for`].
+//! - **half-open**: once that time is up, *one* trial call is let through (the others
+//!   still fail fast). Its success closes the breaker; its failure opens it again for
+//!   another `open_for`.
+//!
+//! What counts: `validation` failures mean the other side answered and the request was
+//! wrong (an HTTP 404, an SQL syntax error), so for the breaker they are successes;
+//! `budget` failures say nothing about the dependency and are ignored; every other
+//! class is a failure.
+//!
+//! Time comes from a [`Clock`] so the state machine is tested without sleeping.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::domain::run::ErrorClass;
+
+use super::{StepFailure, StepSuccess};
+
+/// A source of monotonic time.
+pub trait Clock: Send + Sync + fmt::Debug {
+    fn now(&self) -> Instant;
+}
+
+/// The system's monotonic clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// A clock that moves only when told to (for tests).
+#[derive(Debug)]
+pub struct ManualClock {
+    now: Mutex<Instant>,
+}
+
+impl ManualClock {
+    pub fn new() -> Self {
+        Self {
+            now: Mutex::new(Instant::now()),
+        }
+    }
+
+    pub fn advance(&self, by: Duration) {
+        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        *now += by;
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        *self.now.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// When a breaker opens, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive failures of one key that open its breaker (5); 0 turns breakers
+    /// off.
+    pub failures: u32,
+    /// How long an open breaker fails calls fast before letting a trial through (30 s).
+    pub open_for: Duration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            failures: 5,
+            open_for: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The state of one key's breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed { consecutive_failures: u32 },
+    Open { until: Instant },
+    HalfOpen { trial_in_flight: bool },
+}
+
+/// A call refused because its breaker is open.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BreakerOpen {
+    #[error(
+        "circuit breaker `{key}` is open after {failures} consecutive failures: failing fast \
+         for another {remaining:.1?} (until {until}); a trial call is let through after that"
+    )]
+    Open {
+        key: String,
+        failures: u32,
+        remaining: Duration,
+        /// Wall-clock time, RFC 3339.
+        until: String,
+    },
+    #[error(
+        "circuit breaker `{key}` is half-open and its one trial call is still running; \
+         failing fast until it ends"
+    )]
+    TrialRunning { key: String },
+}
+
+/// How a call went, as far as its breaker is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    Failure,
+    /// Says nothing about the dependency.
+    Neutral,
+}
+
+impl Outcome {
+    pub fn of(result: &Result<StepSuccess, StepFailure>) -> Self {
+        match result {
+            Ok(_) => Self::Success,
+            Err(f) => Self::of_class(f.class),
+        }
+    }
+
+    pub fn of_class(class: ErrorClass) -> Self {
+        match class {
+            ErrorClass::Validation => Self::Success,
+            ErrorClass::Budget => Self::Neutral,
+            ErrorClass::Network
+            | ErrorClass::RateLimit
+            | ErrorClass::Authentication
+            | ErrorClass::Dependency
+            | ErrorClass::Timeout
+            | ErrorClass::Unknown => Self::Failure,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct KeyState {
+    consecutive_failures: u32,
+    open_until: Option<Instant>,
+    trial_in_flight: bool,
+}
+
+/// Every key's breaker.
+#[derive(Debug, Clone)]
+pub(crate) struct Breakers {
+    config: BreakerConfig,
+    clock: Arc<dyn Clock>,
+    states: Arc<Mutex<HashMap<String, KeyState>>>,
+}
+
+impl Breakers {
+    pub(crate) fn new(config: BreakerConfig, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            config,
+            clock,
+            states: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, KeyState>> {
+        // The map holds plain counters: a panic elsewhere cannot leave it half-updated
+        // in a way that matters, so a poisoned lock is used as is.
+        self.states.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ask to make a call under `key`'s breaker.
+    pub(crate) fn acquire(&self, key: &str) -> Result<Permit, BreakerOpen> {
+        if self.config.failures == 0 {
+            return Ok(Permit {
+                breakers: None,
+                key: String::new(),
+                trial: false,
+                recorded: true,
+            });
+        }
+        let now = self.clock.now();
+        let mut states = self.lock();
+        let st = states.entry(key.to_string()).or_default();
+        let mut trial = false;
+        if let Some(until) = st.open_until {
+            if now < until {
+                let remaining = until - now;
+                let wall = chrono::Utc::now()
+                    + chrono::Duration::from_std(remaining).unwrap_or(chrono::Duration::zero());
+                return Err(BreakerOpen::Open {
+                    key: key.to_string(),
+                    failures: st.consecutive_failures,
+                    remaining,
+                    until: wall.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                });
+            }
+            if st.trial_in_flight {
+                return Err(BreakerOpen::TrialRunning {
+                    key: key.to_string(),
+                });
+            }
+            st.trial_in_flight = true;
+            trial = true;
+        }
+        Ok(Permit {
+            breakers: Some(self.clone()),
+            key: key.to_string(),
+            trial,
+            recorded: false,
+        })
+    }
+
+    fn record(&self, key: &str, trial: bool, outcome: Outcome) {
+        let now = self.clock.now();
+        let mut states = self.lock();
+        match outcome {
+            Outcome::Success => {
+                // Closed with no failures is the same as no entry.
+                states.remove(key);
+            }
+            Outcome::Failure => {
+                let st = states.entry(key.to_string()).or_default();
+                st.consecutive_failures = st.consecutive_failures.saturating_add(1);
+                if trial {
+                    st.trial_in_flight = false;
+                    st.open_until = Some(now + self.config.open_for);
+                } else if st.consecutive_failures >= self.config.failures {
+                    st.open_until = Some(now + self.config.open_for);
+                }
+            }
+            Outcome::Neutral => {
+                if trial && let Some(st) = states.get_mut(key) {
+                    st.trial_in_flight = false;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn state(&self, key: &str) -> BreakerState {
+        let now = self.clock.now();
+        let states = self.lock();
+        match states.get(key) {
+            None => BreakerState::Closed {
+                consecutive_failures: 0,
+            },
+            Some(st) => match st.open_until {
+                None => BreakerState::Closed {
+                    consecutive_failures: st.consecutive_failures,
+                },
+                Some(until) if now < until => BreakerState::Open { until },
+                Some(_) => BreakerState::HalfOpen {
+                    trial_in_flight: st.trial_in_flight,
+                },
+            },
+        }
+    }
+}
+
+/// Leave to make one call; say how it went with [`Permit::record`]. A permit dropped
+/// without a record (the call was cancelled) counts as [`Outcome::Neutral`], so a
+/// cancelled trial call does not leave a breaker half-open for ever.
+#[must_use]
+pub(crate) struct Permit {
+    breakers: Option<Breakers>,
+    key: String,
+    trial: bool,
+    recorded: bool,
+}
+
+impl Permit {
+    pub(crate) fn record(mut self, outcome: Outcome) {
+        self.recorded = true;
+        if let Some(b) = &self.breakers {
+            b.record(&self.key, self.trial, outcome);
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if !self.recorded
+            && let Some(b) = &self.breakers
+        {
+            b.record(&self.key, self.trial, Outcome::Neutral);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breakers(failures: u32) -> (Breakers, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new());
+        let config = BreakerConfig {
+            failures,
+            open_for: Duration::from_secs(30),
+        };
+        (Breakers::new(config, clock.clone()), clock)
+    }
+
+    fn fail(b: &Breakers, key: &str) {
+        b.acquire(key).expect("closed").record(Outcome::Failure);
+    }
+
+    #[test]
+    fn opens_after_consecutive_failures_and_fails_fast() {
+        let (b, clock) = breakers(3);
+        fail(&b, "k");
+        fail(&b, "k");
+        assert_eq!(
+            b.state("k"),
+            BreakerState::Closed {
+                consecutive_failures: 2
+            }
+        );
+        fail(&b, "k");
+        assert!(matches!(b.state("k"), BreakerState::Open { .. }));
+        let err = b.acquire("k").err().expect("open");
+        let text = err.to_string();
+        assert!(text.contains("circuit breaker `k` is open"), "{text}");
+        assert!(text.contains("3 consecutive failures"), "{text}");
+        assert!(text.contains("until "), "{text}");
+        // Still open just before the time is up.
+        clock.advance(Duration::from_secs(29));
+        assert!(b.acquire("k").is_err());
+        // Other keys are unaffected.
+        b.acquire("other")
+            .expect("other key")
+            .record(Outcome::Success);
+    }
+
+    #[test]
+    fn a_success_resets_the_count() {
+        let (b, _clock) = breakers(3);
+        fail(&b, "k");
+        fail(&b, "k");
+        b.acquire("k").expect("closed").record(Outcome::Success);
+        fail(&b, "k");
+        fail(&b, "k");
+        assert_eq!(
+            b.state("k"),
+            BreakerState::Closed {
+                consecutive_failures: 2
+            }
+        );
+    }
+
+    #[test]
+    fn half_open_lets_one_trial_through_and_its_success_closes() {
+        let (b, clock) = breakers(2);
+        fail(&b, "k");
+        fail(&b, "k");
+        clock.advance(Duration::from_secs(30));
+        assert_eq!(
+            b.state("k"),
+            BreakerState::HalfOpen {
+                trial_in_flight: false
+            }
+        );
+        let trial = b.acquire("k").expect("trial allowed");
+        // A second caller while the trial runs fails fast.
+        let err = b.acquire("k").err().expect("trial running");
+        assert!(matches!(err, BreakerOpen::TrialRunning { .. }), "{err}");
+        trial.record(Outcome::Success);
+        assert_eq!(
+            b.state("k"),
+            BreakerState::Closed {
+                consecutive_failures: 0
+            }
+        );
+        b.acquire("k")
+            .expect("closed again")
+            .record(Outcome::Success);
+    }
+
+    #[test]
+    fn a_failed_trial_opens_again_for_the_full_period() {
+        let (b, clock) = breakers(2);
+        fail(&b, "k");
+        fail(&b, "k");
+        clock.advance(Duration::from_secs(31));
+        b.acquire("k").expect("trial").record(Outcome::Failure);
+        assert!(matches!(b.state("k"), BreakerState::Open { .. }));
+        clock.advance(Duration::from_secs(29));
+        assert!(b.acquire("k").is_err(), "reopened for a full open_for");
+        clock.advance(Duration::from_secs(1));
+        assert!(b.acquire("k").is_ok(), "half-open again");
+    }
+
+    #[test]
+    fn a_cancelled_trial_frees_the_slot() {
+        let (b, clock) = breakers(1);
+        fail(&b, "k");
+        clock.advance(Duration::from_secs(30));
+        drop(b.acquire("k").expect("trial"));
+        assert_eq!(
+            b.state("k"),
+            BreakerState::HalfOpen {
+                trial_in_flight: false
+            }
+        );
+        assert!(b.acquire("k").is_ok(), "another trial may go");
+    }
+
+    #[test]
+    fn zero_failures_turns_breakers_off() {
+        let (b, _clock) = breakers(0);
+        for _ in 0..10 {
+            fail(&b, "k");
+        }
+        assert!(b.acquire("k").is_ok());
+    }
+
+    #[test]
+    fn what_counts_as_a_failure() {
+        assert_eq!(Outcome::of_class(ErrorClass::Validation), Outcome::Success);
+        assert_eq!(Outcome::of_class(ErrorClass::Budget), Outcome::Neutral);
+        for class in [
+            ErrorClass::Network,
+            ErrorClass::RateLimit,
+            ErrorClass::Authentication,
+            ErrorClass::Dependency,
+            ErrorClass::Timeout,
+            ErrorClass::Unknown,
+        ] {
+            assert_eq!(Outcome::of_class(class), Outcome::Failure, "{class}");
+        }
+    }
+}

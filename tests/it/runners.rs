@@ -1,0 +1,1273 @@
+//! The runners against real processes, a real HTTP server (axum on 127.0.0.1:0) and
+//! real databases (a fresh Postgres database and a fresh SQLite file).
+//!
+//! The security properties are tested with payloads that *would* do something if
+//! they were spliced into shell or SQL text; `splicing_the_payload_would_run_it`
+//! checks that the payload is live, so the inertness tests can fail.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use awl::domain::ids::RunId;
+use awl::domain::run::ErrorClass;
+use awl::runners::{
+    Attempt, BreakerConfig, ManualClock, Runners, RunnersConfig, StepFailure, StepSuccess,
+};
+use awl::store::StoreLocation;
+use awl::workflow::model::{DatabaseStep, HttpStep, NotifyStep, ShellStep};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use sqlx::Connection;
+
+use crate::support::{Backend, TestStore, within};
+
+// ---------------------------------------------------------------- fixtures
+
+fn attempt(base: &Path, timeout: Option<Duration>) -> Attempt<'_> {
+    Attempt {
+        run_id: RunId::new(),
+        step_id: "step-1",
+        attempt: 3,
+        idempotency_key: "idem-42",
+        timeout,
+        base_dir: base,
+    }
+}
+
+fn shell(v: Value) -> ShellStep {
+    serde_json::from_value(v).expect("a shell step")
+}
+
+fn http_step(v: Value) -> HttpStep {
+    serde_json::from_value(v).expect("an http step")
+}
+
+fn notify_step(v: Value) -> NotifyStep {
+    serde_json::from_value(v).expect("a notify step")
+}
+
+fn db_step(connection: &str, query: &str, params: Value) -> DatabaseStep {
+    serde_json::from_value(json!({"connection": connection, "query": query, "params": params}))
+        .expect("a database step")
+}
+
+fn ok(result: Result<StepSuccess, StepFailure>) -> Value {
+    match result {
+        Ok(success) => success.output,
+        Err(f) => panic!("expected success, got {f} (output: {:?})", f.output),
+    }
+}
+
+fn failed(result: Result<StepSuccess, StepFailure>) -> StepFailure {
+    match result {
+        Ok(success) => panic!("expected a failure, got {}", success.output),
+        Err(f) => f,
+    }
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+// ---------------------------------------------------------------- shell
+
+#[tokio::test]
+async fn runners_shell_command_is_argv_with_args_appended() {
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+    let out = ok(r
+        .shell(
+            &attempt(dir.path(), None),
+            &shell(json!({"command": ["printf", "[%s]"], "args": ["a b", "", "c"]})),
+        )
+        .await);
+    assert_eq!(out["stdout"], "[a b][][c]");
+    assert_eq!(out["stderr"], "");
+    assert_eq!(out["exit_code"], 0);
+    assert!(out.get("stdout_truncated").is_none());
+}
+
+#[tokio::test]
+async fn runners_shell_script_reads_args_env_stdin_and_attempt_variables() {
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+    let a = attempt(dir.path(), None);
+    let out = ok(r
+        .shell(
+            &a,
+            &shell(json!({
+                "script": "printf '%s\\n' \"$1\" \"$2\" \"$GREETING\"; cat; printf '%s\\n' \"$AWL_RUN_ID\" \"$AWL_STEP_ID\" \"$AWL_ATTEMPT\" \"$AWL_IDEMPOTENCY_KEY\"",
+                "args": ["first arg", "second"],
+                "env": {"GREETING": "hello there"},
+                "stdin": "from stdin\n",
+            })),
+        )
+        .await);
+    let expected = format!(
+        "first arg\nsecond\nhello there\nfrom stdin\n{}\nstep-1\n3\nidem-42\n",
+        a.run_id
+    );
+    assert_eq!(out["stdout"], expected);
+}
+
+#[tokio::test]
+async fn runners_shell_environment_is_minimal() {
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+    let out = ok(r
+        .shell(
+            &attempt(dir.path(), None),
+            &shell(json!({"command": ["env"], "env": {"MINE": "1"}})),
+        )
+        .await);
+    let stdout = out["stdout"].as_str().expect("stdout");
+    let names: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.split_once('=').map(|(k, _)| k))
+        .collect();
+    let allowed = [
+        "PATH",
+        "HOME",
+        "LANG",
+        "TMPDIR",
+        "MINE",
+        "AWL_RUN_ID",
+        "AWL_STEP_ID",
+        "AWL_ATTEMPT",
+        "AWL_IDEMPOTENCY_KEY",
+        // set by `env`'s own shell on some systems
+        "PWD",
+        "SHLVL",
+        "_",
+    ];
+    for name in &names {
+        assert!(
+            allowed.contains(name),
+            "unexpected variable {name} in {stdout}"
+        );
+    }
+    assert!(
+        names.contains(&"PATH") && names.contains(&"MINE"),
+        "{stdout}"
+    );
+    // The test runner's own variables (cargo sets many) did not leak.
+    assert!(!stdout.contains("CARGO"), "{stdout}");
+}
+
+#[tokio::test]
+async fn runners_shell_working_dir_is_relative_to_the_workflow_folder() {
+    let dir = tmp();
+    std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+    let r = Runners::new(RunnersConfig::default());
+    let out = ok(r
+        .shell(
+            &attempt(dir.path(), None),
+            &shell(json!({"command": ["pwd", "-P"], "working_dir": "sub"})),
+        )
+        .await);
+    let expected = dir.path().join("sub").canonicalize().expect("canonical");
+    assert_eq!(out["stdout"], format!("{}\n", expected.display()));
+
+    // Without working_dir: the workflow's folder.
+    let out = ok(r
+        .shell(
+            &attempt(dir.path(), None),
+            &shell(json!({"command": ["pwd", "-P"]})),
+        )
+        .await);
+    let expected = dir.path().canonicalize().expect("canonical");
+    assert_eq!(out["stdout"], format!("{}\n", expected.display()));
+
+    let f = failed(
+        r.shell(
+            &attempt(dir.path(), None),
+            &shell(json!({"command": ["pwd"], "working_dir": "missing"})),
+        )
+        .await,
+    );
+    assert_eq!(f.class, ErrorClass::Validation);
+    assert!(f.message.contains("missing"), "{}", f.message);
+}
+
+#[tokio::test]
+async fn runners_shell_exit_codes_are_classified() {
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+    let a = attempt(dir.path(), None);
+
+    let f = failed(
+        r.shell(
+            &a,
+            &shell(json!({"script": "echo out; echo err >&2; exit 3"})),
+        )
+        .await,
+    );
+    assert_eq!(f.class, ErrorClass::Unknown);
+    assert!(f.message.contains("code 3"), "{}", f.message);
+    assert!(f.message.contains("err"), "{}", f.message);
+    let output = f.output.expect("output attached");
+    assert_eq!(output["stdout"], "out\n");
+    assert_eq!(output["stderr"], "err\n");
+    assert_eq!(output["exit_code"], 3);
+
+    let out = ok(r
+        .shell(
+            &a,
+            &shell(json!({"script": "exit 3", "success_exit_codes": [0, 3]})),
+        )
+        .await);
+    assert_eq!(out["exit_code"], 3);
+
+    let f = failed(
+        r.shell(&a, &shell(json!({"script": "no-such-command-awl-test"})))
+            .await,
+    );
+    assert_eq!(f.class, ErrorClass::Dependency, "{}", f.message);
+    assert!(f.message.contains("127"), "{}", f.message);
+
+    let f = failed(
+        r.shell(
+            &a,
+            &shell(json!({"command": ["no-such-program-awl-test", "x"]})),
+        )
+        .await,
+    );
+    assert_eq!(f.class, ErrorClass::Dependency);
+    assert!(f.message.contains("not found"), "{}", f.message);
+
+    let f = failed(r.shell(&a, &shell(json!({"script": "kill -9 $$"}))).await);
+    assert_eq!(f.class, ErrorClass::Unknown);
+    assert!(f.message.contains("SIGKILL"), "{}", f.message);
+    assert_eq!(f.output.expect("output")["exit_code"], Value::Null);
+}
+
+#[tokio::test]
+async fn runners_shell_json_stdout_is_parsed() {
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+    let out = ok(r
+        .shell(
+            &attempt(dir.path(), None),
+            &shell(json!({"command": ["printf", "{\"a\": [1, 2], \"b\": null}\n"]})),
+        )
+        .await);
+    assert_eq!(out["json"], json!({"a": [1, 2], "b": null}));
+    let out = ok(r
+        .shell(
+            &attempt(dir.path(), None),
+            &shell(json!({"command": ["echo", "not json"]})),
+        )
+        .await);
+    assert!(out.get("json").is_none());
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn runners_shell_timeout_kills_the_whole_process_group() {
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+
+    let f = within(
+        15,
+        "a timed-out sleep",
+        r.shell(
+            &attempt(dir.path(), Some(Duration::from_millis(300))),
+            &shell(json!({"command": ["sleep", "30"]})),
+        ),
+    )
+    .await
+    .expect_err("times out");
+    assert_eq!(f.class, ErrorClass::Timeout, "{}", f.message);
+
+    // A grandchild: the shell backgrounds `sleep` and waits for it.
+    let f = within(
+        15,
+        "a timed-out process group",
+        r.shell(
+            &attempt(dir.path(), Some(Duration::from_millis(500))),
+            &shell(json!({"command": ["sh", "-c", "sleep 30 & echo $!; wait"]})),
+        ),
+    )
+    .await
+    .expect_err("times out");
+    assert_eq!(f.class, ErrorClass::Timeout, "{}", f.message);
+    let output = f.output.expect("partial output attached");
+    let pid: u32 = output["stdout"]
+        .as_str()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the grandchild's pid in {output}"));
+    let mut waited = 0;
+    while !ended(pid) {
+        assert!(waited < 50, "the grandchild {pid} still runs");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+}
+
+#[tokio::test]
+async fn runners_shell_leftover_background_processes_do_not_outlive_the_step() {
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+    let out = within(
+        15,
+        "a step that leaves a background process",
+        r.shell(
+            &attempt(dir.path(), None),
+            &shell(json!({"script": "sleep 30 & echo $!"})),
+        ),
+    )
+    .await
+    .expect("the script itself succeeds");
+    let pid: u32 = out.output["stdout"]
+        .as_str()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("pid");
+    let mut waited = 0;
+    while !ended(pid) {
+        assert!(waited < 50, "the background sleep {pid} still runs");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+}
+
+#[tokio::test]
+async fn runners_shell_output_is_capped_and_the_child_never_blocks() {
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+    // 5 MB on each stream, far past both the cap and a pipe's buffer.
+    let out = within(
+        60,
+        "a chatty process",
+        r.shell(
+            &attempt(dir.path(), Some(Duration::from_secs(50))),
+            &shell(json!({
+                "script": "head -c 5000000 /dev/zero | tr '\\0' 'a'; head -c 5000000 /dev/zero | tr '\\0' 'b' >&2; echo done >&2",
+                "max_output_bytes": 1000,
+            })),
+        ),
+    )
+    .await
+    .expect("exits 0");
+    let output = out.output;
+    assert_eq!(output["stdout"].as_str().map(str::len), Some(1000));
+    assert_eq!(output["stdout_truncated"], true);
+    assert_eq!(output["stderr"].as_str().map(str::len), Some(1000));
+    assert_eq!(output["stderr_truncated"], true);
+    assert_eq!(output["exit_code"], 0);
+    assert!(output.get("json").is_none());
+
+    // The default cap comes from the configuration.
+    let r = Runners::new(RunnersConfig {
+        max_output_bytes_default: 10,
+        ..RunnersConfig::default()
+    });
+    let out = ok(r
+        .shell(
+            &attempt(dir.path(), None),
+            &shell(json!({"command": ["echo", "0123456789abcdef"]})),
+        )
+        .await);
+    assert_eq!(out["stdout"], "0123456789");
+    assert_eq!(out["stdout_truncated"], true);
+}
+
+/// Payloads that do something when spliced into shell or SQL text.
+fn payloads(marker: &Path) -> Vec<String> {
+    vec![
+        r#""; rm -rf ~; echo ""#.to_string(),
+        format!("$(touch {})", marker.display()),
+        format!("`touch {}-bt`", marker.display()),
+        "`id`".to_string(),
+        "' OR 1=1 --".to_string(),
+        "$HOME ${PATH} \\n \n\t * ? [a] ~ | & ; < > ( ) { } ! #".to_string(),
+    ]
+}
+
+fn marker() -> PathBuf {
+    std::env::temp_dir().join(format!("pwned-{}", uuid::Uuid::new_v4().simple()))
+}
+
+fn no_marker(marker: &Path) {
+    let backtick = PathBuf::from(format!("{}-bt", marker.display()));
+    assert!(!marker.exists(), "{} was created", marker.display());
+    assert!(!backtick.exists(), "{} was created", backtick.display());
+}
+
+#[test]
+fn splicing_the_payload_would_run_it() {
+    // The control for the inertness tests: the same payload pasted into script text
+    // does create the file, so "no file" below means "not executed".
+    let marker = marker();
+    let payload = format!("$(touch {})", marker.display());
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo {payload} >/dev/null"))
+        .status()
+        .expect("sh");
+    assert!(status.success());
+    assert!(marker.exists(), "the control payload did not run");
+    let _ = std::fs::remove_file(&marker);
+}
+
+#[tokio::test]
+async fn runners_shell_values_are_inert_in_args_env_and_stdin() {
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+    let a = attempt(dir.path(), None);
+    let marker = marker();
+    for value in payloads(&marker) {
+        // argv of a program
+        let out = ok(r
+            .shell(&a, &shell(json!({"command": ["printf", "%s", value]})))
+            .await);
+        assert_eq!(out["stdout"], value.as_str(), "command argv");
+        // `args` appended to a command
+        let out = ok(r
+            .shell(
+                &a,
+                &shell(json!({"command": ["printf", "%s"], "args": [value]})),
+            )
+            .await);
+        assert_eq!(out["stdout"], value.as_str(), "args");
+        // a script's $1
+        let out = ok(r
+            .shell(
+                &a,
+                &shell(json!({"script": "printf '%s' \"$1\"", "args": [value]})),
+            )
+            .await);
+        assert_eq!(out["stdout"], value.as_str(), "script $1");
+        // an environment variable
+        let out = ok(r
+            .shell(
+                &a,
+                &shell(json!({"script": "printf '%s' \"$V\"", "env": {"V": value}})),
+            )
+            .await);
+        assert_eq!(out["stdout"], value.as_str(), "env");
+        // stdin
+        let out = ok(r
+            .shell(&a, &shell(json!({"command": ["cat"], "stdin": value})))
+            .await);
+        assert_eq!(out["stdout"], value.as_str(), "stdin");
+    }
+    no_marker(&marker);
+    // `rm -rf ~` did not run either: the temp dir (under no home) is intact, and
+    // HOME still exists.
+    assert!(dir.path().exists());
+}
+
+// ---------------------------------------------------------------- database
+
+/// A fresh database of `backend` and its URL. The guard drops the database.
+async fn fresh_database(backend: Backend) -> (String, Box<dyn std::any::Any>) {
+    match backend {
+        Backend::Postgres => {
+            let store = TestStore::new(Backend::Postgres).await;
+            let StoreLocation::Postgres(url) = store.location.clone() else {
+                unreachable!("a Postgres store has a Postgres location")
+            };
+            (url, Box::new(store))
+        }
+        Backend::Sqlite => {
+            let dir = tmp();
+            let url = format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("steps.db").display()
+            );
+            (url, Box::new(dir))
+        }
+    }
+}
+
+fn runners_with(connections: &[(&str, &str)], tweak: impl FnOnce(&mut RunnersConfig)) -> Runners {
+    let mut config = RunnersConfig::default();
+    for (name, url) in connections {
+        config
+            .connections
+            .insert((*name).to_string(), (*url).to_string());
+    }
+    tweak(&mut config);
+    Runners::new(config)
+}
+
+async fn database_roundtrip(backend: Backend) {
+    let (url, _guard) = fresh_database(backend).await;
+    let r = runners_with(&[("main", &url)], |_| {});
+    let dir = tmp();
+    let a = attempt(dir.path(), Some(Duration::from_secs(20)));
+    let pg = backend == Backend::Postgres;
+
+    let create = if pg {
+        "CREATE TABLE items (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL, qty INT, \
+         price DOUBLE PRECISION, active BOOLEAN, meta JSONB, at TIMESTAMPTZ, amount NUMERIC(10,3))"
+    } else {
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL, qty INTEGER, \
+         price REAL, active BOOLEAN, meta TEXT)"
+    };
+    let out = ok(r.database(&a, &db_step("main", create, json!([]))).await);
+    assert_eq!(out["rows"], json!([]));
+    assert_eq!(out["row_count"], 0);
+
+    let insert = if pg {
+        "INSERT INTO items (name, qty, price, active, meta, at, amount) \
+         VALUES ($1, $2, $3, $4, $5, $6::timestamptz, $7)"
+    } else {
+        "INSERT INTO items (name, qty, price, active, meta) VALUES (?1, ?2, ?3, ?4, ?5)"
+    };
+    let rows = [
+        json!(["widget", 3, 2.5, true, {"color": "red"}, "2024-05-06T07:08:09.5Z", 12.34]),
+        json!(["' OR 1=1 --", null, null, false, [1, 2], null, null]),
+        json!(["gadget", 7, 0.25, true, null, null, 1000]),
+    ];
+    for params in rows {
+        let mut params = params.as_array().cloned().expect("array");
+        if !pg {
+            params.truncate(5);
+        }
+        let out = ok(r
+            .database(&a, &db_step("main", insert, Value::Array(params)))
+            .await);
+        assert_eq!(out["rows_affected"], 1, "{out}");
+        assert_eq!(out["row_count"], 0);
+    }
+
+    // The injection payload, as a parameter, matches only the row that holds it.
+    let by_name = if pg {
+        "SELECT id, name, qty, price, active FROM items WHERE name = $1 ORDER BY id"
+    } else {
+        "SELECT id, name, qty, price, active FROM items WHERE name = ?1 ORDER BY id"
+    };
+    let out = ok(r
+        .database(&a, &db_step("main", by_name, json!(["' OR 1=1 --"])))
+        .await);
+    assert_eq!(
+        out["rows"],
+        json!([{"id": 2, "name": "' OR 1=1 --", "qty": null, "price": null, "active": false}])
+    );
+    assert_eq!(out["row_count"], 1);
+    let out = ok(r
+        .database(&a, &db_step("main", by_name, json!(["x' OR '1'='1"])))
+        .await);
+    assert_eq!(out["rows"], json!([]), "an injected condition matched rows");
+
+    // A trailing semicolon and comment are fine; the same statement with a
+    // parameter of another type (an integer, then a float) is prepared again rather
+    // than fed bytes of the wrong type.
+    let count = if pg {
+        "SELECT count(*) AS n FROM items WHERE qty = $1; -- by quantity"
+    } else {
+        "SELECT count(*) AS n FROM items WHERE qty = ?1; -- by quantity"
+    };
+    let out = ok(r.database(&a, &db_step("main", count, json!([3]))).await);
+    assert_eq!(out["rows"], json!([{"n": 1}]));
+    let out = ok(r.database(&a, &db_step("main", count, json!([7.0]))).await);
+    assert_eq!(out["rows"], json!([{"n": 1}]));
+
+    // Typed JSON back.
+    let all = if pg {
+        "SELECT id, name, qty, price, active, meta, at, amount FROM items ORDER BY id"
+    } else {
+        "SELECT id, name, qty, price, active, meta FROM items ORDER BY id"
+    };
+    let out = ok(r.database(&a, &db_step("main", all, json!([]))).await);
+    let expected = if pg {
+        json!([
+            {"id": 1, "name": "widget", "qty": 3, "price": 2.5, "active": true,
+             "meta": {"color": "red"}, "at": "2024-05-06T07:08:09.500Z", "amount": "12.340"},
+            {"id": 2, "name": "' OR 1=1 --", "qty": null, "price": null, "active": false,
+             "meta": [1, 2], "at": null, "amount": null},
+            {"id": 3, "name": "gadget", "qty": 7, "price": 0.25, "active": true,
+             "meta": null, "at": null, "amount": "1000.000"},
+        ])
+    } else {
+        json!([
+            {"id": 1, "name": "widget", "qty": 3, "price": 2.5, "active": true,
+             "meta": "{\"color\":\"red\"}"},
+            {"id": 2, "name": "' OR 1=1 --", "qty": null, "price": null, "active": false,
+             "meta": "[1,2]"},
+            {"id": 3, "name": "gadget", "qty": 7, "price": 0.25, "active": true, "meta": null},
+        ])
+    };
+    assert_eq!(out["rows"], expected);
+    assert_eq!(out["row_count"], 3);
+
+    // UPDATE reports rows affected; the table still holds the payload verbatim.
+    let update = if pg {
+        "UPDATE items SET qty = $1 WHERE name <> $2"
+    } else {
+        "UPDATE items SET qty = ?1 WHERE name <> ?2"
+    };
+    let out = ok(r
+        .database(&a, &db_step("main", update, json!([9, "' OR 1=1 --"])))
+        .await);
+    assert_eq!(out["rows_affected"], 2);
+
+    // An SQL error: validation, with the database's message.
+    let f = failed(
+        r.database(&a, &db_step("main", "SELEC nonsense", json!([])))
+            .await,
+    );
+    assert_eq!(f.class, ErrorClass::Validation);
+    assert!(f.message.contains("syntax error"), "{}", f.message);
+
+    // An unknown connection: validation naming the known ones.
+    let f = failed(
+        r.database(&a, &db_step("other", "SELECT 1", json!([])))
+            .await,
+    );
+    assert_eq!(f.class, ErrorClass::Validation);
+    assert!(
+        f.message.contains("`other`") && f.message.contains("`main`"),
+        "{}",
+        f.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_roundtrip_postgres() {
+    database_roundtrip(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_roundtrip_sqlite() {
+    database_roundtrip(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_postgres_types_become_typed_json() {
+    let (url, _guard) = fresh_database(Backend::Postgres).await;
+    let r = runners_with(&[("pg", &url)], |_| {});
+    let dir = tmp();
+    let a = attempt(dir.path(), None);
+    ok(r.database(
+        &a,
+        &db_step("pg", "CREATE TYPE mood AS ENUM ('sad', 'happy')", json!([])),
+    )
+    .await);
+    let out = ok(r
+        .database(
+            &a,
+            &db_step(
+                "pg",
+                "SELECT 1::int2 AS i2, 2::int4 AS i4, 9007199254740993::int8 AS i8, \
+                 1.5::float4 AS f4, 'NaN'::float8 AS nan, -0.0001::numeric AS small, \
+                 123456789.5::numeric AS big, 'x'::varchar AS v, 'ab'::char(3) AS c, \
+                 '{\"k\": [1]}'::json AS j, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid AS u, \
+                 '2024-01-02 03:04:05'::timestamp AS ts, '2024-01-02'::date AS d, \
+                 '03:04:05'::time AS t, '\\x0102ff'::bytea AS b, ARRAY['a', NULL]::text[] AS ta, \
+                 ARRAY[1, 2]::int4[] AS ia, 'happy'::mood AS m, $1::text AS p, pg_sleep(0) AS void",
+                json!(["param"]),
+            ),
+        )
+        .await);
+    assert_eq!(
+        out["rows"][0],
+        json!({
+            "i2": 1, "i4": 2, "i8": 9007199254740993_i64, "f4": 1.5, "nan": "NaN",
+            "small": "-0.0001", "big": "123456789.5", "v": "x", "c": "ab ",
+            "j": {"k": [1]}, "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "ts": "2024-01-02T03:04:05", "d": "2024-01-02", "t": "03:04:05", "b": "AQL/",
+            "ta": ["a", null], "ia": [1, 2], "m": "happy", "p": "param", "void": null,
+        })
+    );
+
+    // A type without a JSON mapping: an error naming the column.
+    let f = failed(
+        r.database(
+            &a,
+            &db_step("pg", "SELECT '10.0.0.1'::inet AS addr", json!([])),
+        )
+        .await,
+    );
+    assert_eq!(f.class, ErrorClass::Validation);
+    assert!(
+        f.message.contains("`addr`") && f.message.contains("INET"),
+        "{}",
+        f.message
+    );
+    // ... which the suggested cast fixes.
+    let out = ok(r
+        .database(
+            &a,
+            &db_step("pg", "SELECT '10.0.0.1'::inet::text AS addr", json!([])),
+        )
+        .await);
+    assert_eq!(out["rows"][0]["addr"], "10.0.0.1/32");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_rows_are_capped() {
+    for backend in [Backend::Postgres, Backend::Sqlite] {
+        let (url, _guard) = fresh_database(backend).await;
+        let r = runners_with(&[("db", &url)], |c| c.max_rows = 3);
+        let dir = tmp();
+        let query = match backend {
+            Backend::Postgres => "SELECT n FROM generate_series(1, 10) AS n",
+            Backend::Sqlite => {
+                "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 10) \
+                 SELECT n FROM c"
+            }
+        };
+        let out = ok(r
+            .database(&attempt(dir.path(), None), &db_step("db", query, json!([])))
+            .await);
+        assert_eq!(
+            out["rows"],
+            json!([{"n": 1}, {"n": 2}, {"n": 3}]),
+            "{backend:?}"
+        );
+        assert_eq!(out["row_count"], 10, "{backend:?}");
+        assert_eq!(out["truncated"], true, "{backend:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_statement_timeout() {
+    for backend in [Backend::Postgres, Backend::Sqlite] {
+        let (url, _guard) = fresh_database(backend).await;
+        // One connection, so the follow-up statements reuse the timed-out one.
+        let r = runners_with(&[("db", &url)], |c| c.database_max_connections = 1);
+        let dir = tmp();
+        let slow = match backend {
+            Backend::Postgres => "SELECT pg_sleep(30)",
+            Backend::Sqlite => {
+                "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c \
+                 WHERE n < 10000000000) SELECT count(*) FROM c"
+            }
+        };
+        let f = within(
+            20,
+            "a slow statement",
+            r.database(
+                &attempt(dir.path(), Some(Duration::from_millis(300))),
+                &db_step("db", slow, json!([])),
+            ),
+        )
+        .await
+        .expect_err("times out");
+        assert_eq!(f.class, ErrorClass::Timeout, "{backend:?}: {}", f.message);
+
+        // The connection is usable and carries no leftover timeout.
+        let medium = match backend {
+            Backend::Postgres => "SELECT pg_sleep(0.5) AS slept",
+            Backend::Sqlite => {
+                "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c \
+                 WHERE n < 200000) SELECT count(*) AS slept FROM c"
+            }
+        };
+        ok(r.database(
+            &attempt(dir.path(), None),
+            &db_step("db", medium, json!([])),
+        )
+        .await);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_connection_failures_are_network() {
+    let dir = tmp();
+    let refused = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let pg_url = format!("postgres://postgres@127.0.0.1:{refused}/nothing");
+    let sqlite_url = format!(
+        "sqlite://{}",
+        dir.path().join("no/such/folder/x.db").display()
+    );
+    let r = runners_with(&[("pg", &pg_url), ("lite", &sqlite_url)], |c| {
+        c.connect_timeout = Duration::from_secs(2);
+    });
+    for name in ["pg", "lite"] {
+        let f = within(
+            20,
+            "a refused connection",
+            r.database(
+                &attempt(dir.path(), None),
+                &db_step(name, "SELECT 1", json!([])),
+            ),
+        )
+        .await
+        .expect_err("cannot connect");
+        assert_eq!(f.class, ErrorClass::Network, "{name}: {}", f.message);
+        assert!(f.message.contains(&format!("`{name}`")), "{}", f.message);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_busy_pool_is_dependency() {
+    let (url, _guard) = fresh_database(Backend::Postgres).await;
+    let r = runners_with(&[("db", &url)], |c| {
+        c.database_max_connections = 1;
+        c.connect_timeout = Duration::from_millis(300);
+    });
+    let dir = tmp();
+    // Open the one connection first, so the busy step below is the only waiter.
+    ok(r.database(
+        &attempt(dir.path(), None),
+        &db_step("db", "SELECT 1 AS one", json!([])),
+    )
+    .await);
+    let slow_attempt = attempt(dir.path(), None);
+    let slow_step = db_step("db", "SELECT pg_sleep(2)", json!([]));
+    let busy_attempt = attempt(dir.path(), None);
+    let busy_step = db_step("db", "SELECT 1 AS one", json!([]));
+    let (slow, busy) = within(20, "two statements on one connection", async {
+        let slow = r.database(&slow_attempt, &slow_step);
+        let busy = async {
+            // Wait (on a connection of our own) until the slow statement holds the
+            // runners' only connection.
+            let mut watcher = sqlx::PgConnection::connect(&url).await.expect("connect");
+            loop {
+                let running: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE state = 'active' AND query LIKE 'SELECT pg_sleep(2)%'",
+                )
+                .fetch_one(&mut watcher)
+                .await
+                .expect("pg_stat_activity");
+                if running > 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            r.database(&busy_attempt, &busy_step).await
+        };
+        tokio::join!(slow, busy)
+    })
+    .await;
+    ok(slow);
+    let f = failed(busy);
+    assert_eq!(f.class, ErrorClass::Dependency, "{}", f.message);
+    assert!(f.message.contains("busy"), "{}", f.message);
+}
+
+// ---------------------------------------------------------------- http + notify
+
+#[derive(Clone, Default)]
+struct Server {
+    hooks: Arc<Mutex<Vec<Value>>>,
+    hits: Arc<AtomicUsize>,
+}
+
+/// An axum server on 127.0.0.1:0; its base URL.
+async fn serve() -> (String, Server) {
+    let state = Server::default();
+    let app = Router::new()
+        .route(
+            "/json",
+            get(|State(s): State<Server>| async move {
+                s.hits.fetch_add(1, Ordering::SeqCst);
+                (
+                    [("x-custom", "yes")],
+                    axum::Json(json!({"ok": true, "n": 1})),
+                )
+            }),
+        )
+        .route(
+            "/echo",
+            post(|headers: HeaderMap, body: String| async move {
+                axum::Json(json!({
+                    "body": serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+                    "content_type": headers.get("content-type").and_then(|v| v.to_str().ok()),
+                    "x_token": headers.get("x-token").and_then(|v| v.to_str().ok()),
+                }))
+            }),
+        )
+        .route("/text", get(|| async { "plain text" }))
+        .route(
+            "/limited",
+            get(|| async {
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [("retry-after", "7")],
+                    "slow down",
+                )
+            }),
+        )
+        .route(
+            "/auth",
+            get(|| async { (StatusCode::UNAUTHORIZED, "who are you") }),
+        )
+        .route("/forbidden", get(|| async { StatusCode::FORBIDDEN }))
+        .route(
+            "/boom",
+            get(|State(s): State<Server>| async move {
+                s.hits.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal kaboom")
+            }),
+        )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "too late"
+            }),
+        )
+        .route("/big", get(|| async { "a".repeat(5 * 1024 * 1024) }))
+        .route(
+            "/hook",
+            post(|State(s): State<Server>, body: String| async move {
+                let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
+                s.hooks.lock().expect("lock").push(body);
+                "ok"
+            }),
+        )
+        .route(
+            "/hook-down",
+            post(|| async { (StatusCode::SERVICE_UNAVAILABLE, "maintenance") }),
+        )
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app.into_make_service()).await;
+    });
+    (format!("http://{addr}"), state)
+}
+
+#[tokio::test]
+async fn runners_http_json_text_headers_and_body() {
+    let (base, _server) = serve().await;
+    let r = Runners::new(RunnersConfig::default());
+    let dir = tmp();
+    let a = attempt(dir.path(), Some(Duration::from_secs(10)));
+
+    let out = ok(r
+        .http(&a, &http_step(json!({"url": format!("{base}/json")})))
+        .await);
+    assert_eq!(out["status"], 200);
+    assert_eq!(out["body"], json!({"ok": true, "n": 1}));
+    assert_eq!(out["headers"]["x-custom"], "yes");
+    assert_eq!(out["headers"]["content-type"], "application/json");
+    assert!(out.get("truncated").is_none());
+
+    let out = ok(r
+        .http(&a, &http_step(json!({"url": format!("{base}/text")})))
+        .await);
+    assert_eq!(out["body"], "plain text");
+
+    let out = ok(r
+        .http(
+            &a,
+            &http_step(json!({
+                "method": "POST",
+                "url": format!("{base}/echo"),
+                "headers": {"X-Token": "' OR 1=1 --"},
+                "body": {"a": [1, "two"], "b": null},
+            })),
+        )
+        .await);
+    assert_eq!(
+        out["body"],
+        json!({"body": {"a": [1, "two"], "b": null}, "content_type": "application/json", "x_token": "' OR 1=1 --"})
+    );
+
+    // expect_status: a 404 can be what is wanted.
+    let out = ok(r
+        .http(
+            &a,
+            &http_step(json!({"url": format!("{base}/nothing-here"), "expect_status": [404]})),
+        )
+        .await);
+    assert_eq!(out["status"], 404);
+}
+
+#[tokio::test]
+async fn runners_http_failures_are_classified() {
+    let (base, _server) = serve().await;
+    let r = Runners::new(RunnersConfig {
+        // Breakers would turn the later failures into fast `dependency` ones.
+        circuit_breaker: BreakerConfig {
+            failures: 0,
+            ..BreakerConfig::default()
+        },
+        ..RunnersConfig::default()
+    });
+    let dir = tmp();
+    let a = attempt(dir.path(), Some(Duration::from_secs(10)));
+    let get = |path: &str| http_step(json!({"url": format!("{base}{path}?token=sekrit")}));
+
+    let f = failed(r.http(&a, &get("/limited")).await);
+    assert_eq!(f.class, ErrorClass::RateLimit);
+    assert!(f.message.contains("Retry-After: 7"), "{}", f.message);
+    assert!(
+        !f.message.contains("sekrit"),
+        "the query string leaked: {}",
+        f.message
+    );
+    assert_eq!(f.output.as_ref().expect("output")["status"], 429);
+    assert_eq!(
+        f.output.as_ref().expect("output")["headers"]["retry-after"],
+        "7"
+    );
+
+    let f = failed(r.http(&a, &get("/auth")).await);
+    assert_eq!(f.class, ErrorClass::Authentication);
+    let f = failed(r.http(&a, &get("/forbidden")).await);
+    assert_eq!(f.class, ErrorClass::Authentication);
+
+    let f = failed(r.http(&a, &get("/boom")).await);
+    assert_eq!(f.class, ErrorClass::Dependency);
+    assert!(
+        f.message.contains("500") && f.message.contains("internal kaboom"),
+        "{}",
+        f.message
+    );
+    assert_eq!(f.output.expect("output")["body"], "internal kaboom");
+
+    let f = failed(r.http(&a, &get("/nothing-here")).await);
+    assert_eq!(f.class, ErrorClass::Validation);
+    assert!(f.message.contains("404"), "{}", f.message);
+
+    let f = failed(
+        r.http(
+            &a,
+            &http_step(json!({"url": format!("{base}/json"), "expect_status": [201]})),
+        )
+        .await,
+    );
+    assert_eq!(f.class, ErrorClass::Validation);
+
+    let f = failed(
+        r.http(&a, &http_step(json!({"url": "file:///etc/passwd"})))
+            .await,
+    );
+    assert_eq!(f.class, ErrorClass::Validation);
+    assert!(f.message.contains("scheme"), "{}", f.message);
+}
+
+#[tokio::test]
+async fn runners_http_slow_responses_time_out() {
+    let (base, _server) = serve().await;
+    let r = Runners::new(RunnersConfig::default());
+    let dir = tmp();
+    let f = within(
+        15,
+        "a slow response",
+        r.http(
+            &attempt(dir.path(), Some(Duration::from_millis(300))),
+            &http_step(json!({"url": format!("{base}/slow")})),
+        ),
+    )
+    .await
+    .expect_err("times out");
+    assert_eq!(f.class, ErrorClass::Timeout, "{}", f.message);
+}
+
+#[tokio::test]
+async fn runners_http_large_bodies_are_capped() {
+    let (base, _server) = serve().await;
+    let r = Runners::new(RunnersConfig::default());
+    let dir = tmp();
+    let a = attempt(dir.path(), Some(Duration::from_secs(20)));
+    let out = ok(r
+        .http(
+            &a,
+            &http_step(json!({"url": format!("{base}/big"), "max_response_bytes": 1000})),
+        )
+        .await);
+    assert_eq!(out["body"].as_str().map(str::len), Some(1000));
+    assert_eq!(out["truncated"], true);
+
+    // The configured default (1 MiB) applies without max_response_bytes.
+    let out = ok(r
+        .http(&a, &http_step(json!({"url": format!("{base}/big")})))
+        .await);
+    assert_eq!(out["body"].as_str().map(str::len), Some(1024 * 1024));
+    assert_eq!(out["truncated"], true);
+}
+
+#[tokio::test]
+async fn runners_http_connection_refused_is_network() {
+    let refused = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let r = Runners::new(RunnersConfig::default());
+    let dir = tmp();
+    let f = failed(
+        r.http(
+            &attempt(dir.path(), Some(Duration::from_secs(10))),
+            &http_step(json!({"url": format!("http://127.0.0.1:{refused}/x")})),
+        )
+        .await,
+    );
+    assert_eq!(f.class, ErrorClass::Network, "{}", f.message);
+}
+
+#[tokio::test]
+async fn runners_notify_posts_a_slack_and_discord_compatible_body() {
+    let (base, server) = serve().await;
+    let r = Runners::new(RunnersConfig::default());
+    let dir = tmp();
+    let a = attempt(dir.path(), Some(Duration::from_secs(10)));
+
+    // Without a URL: recorded, not delivered.
+    let out = ok(r
+        .notify(
+            &a,
+            &notify_step(json!({"message": "hi", "mentions": ["ops"]})),
+        )
+        .await);
+    assert_eq!(
+        out,
+        json!({"message": "hi", "mentions": ["ops"], "delivered": false})
+    );
+
+    let out = ok(r
+        .notify(
+            &a,
+            &notify_step(json!({
+                "message": "deployed v1 `id` $(x)",
+                "url": format!("{base}/hook"),
+                "mentions": ["alice", "@bob"],
+            })),
+        )
+        .await);
+    assert_eq!(
+        out,
+        json!({"message": "deployed v1 `id` $(x)", "mentions": ["alice", "@bob"], "delivered": true, "status": 200})
+    );
+    let hooks = server.hooks.lock().expect("lock").clone();
+    let text = "@alice @bob deployed v1 `id` $(x)";
+    assert_eq!(hooks, vec![json!({"text": text, "content": text})]);
+
+    let f = failed(
+        r.notify(
+            &a,
+            &notify_step(json!({"message": "x", "url": format!("{base}/hook-down")})),
+        )
+        .await,
+    );
+    assert_eq!(f.class, ErrorClass::Dependency);
+    assert_eq!(
+        f.output.expect("output"),
+        json!({"message": "x", "mentions": [], "delivered": false, "status": 503})
+    );
+}
+
+// ---------------------------------------------------------------- breakers
+
+#[tokio::test]
+async fn runners_circuit_breaker_opens_fails_fast_and_closes_after_a_good_trial() {
+    let (base, server) = serve().await;
+    let clock = Arc::new(ManualClock::new());
+    let r = Runners::new(RunnersConfig {
+        circuit_breaker: BreakerConfig {
+            failures: 2,
+            open_for: Duration::from_secs(30),
+        },
+        clock: clock.clone(),
+        ..RunnersConfig::default()
+    });
+    let dir = tmp();
+    let a = attempt(dir.path(), Some(Duration::from_secs(10)));
+    let boom = http_step(json!({"url": format!("{base}/boom")}));
+    let good = http_step(json!({"url": format!("{base}/json")}));
+
+    for _ in 0..2 {
+        assert_eq!(
+            failed(r.http(&a, &boom).await).class,
+            ErrorClass::Dependency
+        );
+    }
+    let hits = server.hits.load(Ordering::SeqCst);
+    assert_eq!(hits, 2);
+    // Open: fails fast, the server is not called, whatever the path on that host.
+    let f = failed(r.http(&a, &good).await);
+    assert_eq!(f.class, ErrorClass::Dependency);
+    assert!(
+        f.message.contains("circuit breaker") && f.message.contains("open"),
+        "{}",
+        f.message
+    );
+    assert!(f.message.contains("until"), "{}", f.message);
+    assert_eq!(
+        server.hits.load(Ordering::SeqCst),
+        hits,
+        "an open breaker let a call through"
+    );
+
+    // Half-open after open_for: a failed trial opens it again.
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(
+        failed(r.http(&a, &boom).await).class,
+        ErrorClass::Dependency
+    );
+    assert_eq!(server.hits.load(Ordering::SeqCst), hits + 1);
+    assert!(
+        failed(r.http(&a, &good).await)
+            .message
+            .contains("circuit breaker")
+    );
+
+    // A good trial closes it.
+    clock.advance(Duration::from_secs(30));
+    ok(r.http(&a, &good).await);
+    ok(r.http(&a, &good).await);
+
+    // Built-in tools have no breaker.
+    let inputs = json!({"class": "network"});
+    let inputs = inputs.as_object().expect("object");
+    for _ in 0..5 {
+        let f = failed(r.builtin_tool(&a, "fail", inputs).await);
+        assert_eq!(f.class, ErrorClass::Network);
+    }
+    ok(r.builtin_tool(
+        &a,
+        "echo",
+        json!({"message": "still here"})
+            .as_object()
+            .expect("object"),
+    )
+    .await);
+}
+
+#[tokio::test]
+async fn runners_circuit_breaker_keys_shell_steps_by_program() {
+    let clock = Arc::new(ManualClock::new());
+    let r = Runners::new(RunnersConfig {
+        circuit_breaker: BreakerConfig {
+            failures: 2,
+            open_for: Duration::from_secs(30),
+        },
+        clock: clock.clone(),
+        ..RunnersConfig::default()
+    });
+    let dir = tmp();
+    let a = attempt(dir.path(), None);
+    let flag = dir.path().join("ready");
+    let check = shell(json!({"command": ["test", "-e", flag.display().to_string()]}));
+    for _ in 0..2 {
+        assert_eq!(failed(r.shell(&a, &check).await).class, ErrorClass::Unknown);
+    }
+    let f = failed(r.shell(&a, &check).await);
+    assert_eq!(f.class, ErrorClass::Dependency);
+    assert!(f.message.contains("shell:test"), "{}", f.message);
+    // Another program is not affected.
+    ok(r.shell(&a, &shell(json!({"command": ["true"]}))).await);
+
+    std::fs::write(&flag, b"").expect("flag");
+    clock.advance(Duration::from_secs(30));
+    ok(r.shell(&a, &check).await);
+    ok(r.shell(&a, &check).await);
+}
