@@ -20,6 +20,7 @@
 pub mod cli;
 pub mod domain;
 pub mod engine;
+pub mod executor;
 pub mod expr;
 pub mod log;
 pub mod runners;

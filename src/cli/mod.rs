@@ -5,6 +5,7 @@
 //! their whole cause chain and exit with status 1; usage errors exit with 2 (clap).
 
 mod events;
+mod runs;
 mod time_arg;
 mod validate;
 
@@ -34,6 +35,25 @@ enum Command {
     Migrate,
     /// Print the event log: the audit trail of everything awl has done.
     Events(events::EventsArgs),
+    /// Run a workflow file and show its progress (exits non-zero if the run fails).
+    Run(runs::RunArgs),
+    /// Carry out due runs until stopped; several workers can share one database.
+    Worker(runs::WorkerArgs),
+    /// List runs.
+    List(runs::ListArgs),
+    /// One run's timeline: steps, attempts, gates, outcome.
+    Status(runs::StatusArgs),
+    /// Approve a gate (the run goes on).
+    Approve(runs::ApproveArgs),
+    /// Reject a gate (its `on_reject` applies).
+    Reject(runs::RejectArgs),
+    /// Cancel a run.
+    Cancel(runs::CancelArgs),
+    /// Rebuild a run from its events and print it.
+    Replay(runs::ReplayArgs),
+    /// Finish an agent step's task by hand.
+    #[command(subcommand)]
+    Task(runs::TaskCommand),
     /// Check workflow files: every problem, with file, line, column and field.
     Validate(validate::ValidateArgs),
     /// Print the JSON Schema of workflow files (for editors).
@@ -43,6 +63,8 @@ enum Command {
 /// Parse arguments, run the command, and turn the outcome into an exit code.
 pub async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // One TLS provider for every client (sqlx and reqwest both use rustls with ring).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     init_tracing();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,6 +101,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Events(args) => events::run(&open(&location, true).await?, args).await,
+        Command::Run(args) => runs::run(open_for_work(&location).await?, args).await,
+        Command::Worker(args) => runs::worker(open_for_work(&location).await?, args).await,
+        Command::List(args) => runs::list(open(&location, true).await?, args).await,
+        Command::Status(args) => runs::status(open(&location, true).await?, args).await,
+        Command::Approve(args) => runs::approve(open(&location, true).await?, args).await,
+        Command::Reject(args) => runs::reject(open(&location, true).await?, args).await,
+        Command::Cancel(args) => runs::cancel(open(&location, true).await?, args).await,
+        Command::Replay(args) => runs::replay(open(&location, true).await?, args).await,
+        Command::Task(command) => runs::task(open(&location, true).await?, command).await,
         Command::Validate(_) | Command::Schema => Ok(()),
     }
 }
@@ -87,6 +118,16 @@ async fn open(location: &StoreLocation, migrate: bool) -> anyhow::Result<EventSt
     let options = StoreOptions {
         migrate,
         max_connections: 4,
+        ..StoreOptions::default()
+    };
+    Ok(EventStore::open(location, options).await?)
+}
+
+/// A store for executing runs: a bigger pool.
+async fn open_for_work(location: &StoreLocation) -> anyhow::Result<EventStore> {
+    let options = StoreOptions {
+        migrate: true,
+        max_connections: 16,
         ..StoreOptions::default()
     };
     Ok(EventStore::open(location, options).await?)
@@ -103,4 +144,4 @@ fn init_tracing() {
 /// A failure whose details were already printed (for example validation problems).
 #[derive(Debug, thiserror::Error)]
 #[error("invalid")]
-struct Invalid;
+pub(crate) struct Invalid;

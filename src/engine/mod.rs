@@ -210,3 +210,29 @@ pub fn start_command(
         at: now,
     })
 }
+
+/// The step of `definition` with id `id`, wherever it is (nested, hook), not counting
+/// compensations.
+pub fn find_step<'a>(
+    definition: &'a Workflow,
+    id: &str,
+) -> Option<&'a crate::workflow::model::Step> {
+    use crate::workflow::model::{Step, StepKind};
+    fn search<'s>(steps: &'s [Step], id: &str) -> Option<&'s Step> {
+        steps.iter().find_map(|step| {
+            if step.id() == id {
+                return Some(step);
+            }
+            match &step.kind {
+                StepKind::Conditional(c) => {
+                    search(&c.if_true, id).or_else(|| search(&c.if_false, id))
+                }
+                StepKind::Parallel(p) => p.branches.iter().find_map(|b| search(&b.steps, id)),
+                _ => None,
+            }
+        })
+    }
+    search(&definition.steps, id)
+        .or_else(|| search(&definition.on_success, id))
+        .or_else(|| search(&definition.on_failure, id))
+}

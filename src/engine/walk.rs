@@ -1088,29 +1088,7 @@ impl<'a> Walker<'a> {
     }
 
     fn find(&self, id: &str) -> Option<&'a Step> {
-        fn search<'s>(steps: &'s [Step], id: &str) -> Option<&'s Step> {
-            for step in steps {
-                if step.id() == id {
-                    return Some(step);
-                }
-                if let Some(found) = search_children(step, id) {
-                    return Some(found);
-                }
-            }
-            None
-        }
-        fn search_children<'s>(step: &'s Step, id: &str) -> Option<&'s Step> {
-            match &step.kind {
-                StepKind::Conditional(c) => {
-                    search(&c.if_true, id).or_else(|| search(&c.if_false, id))
-                }
-                StepKind::Parallel(p) => p.branches.iter().find_map(|b| search(&b.steps, id)),
-                _ => None,
-            }
-        }
-        search(&self.def.steps, id)
-            .or_else(|| search(&self.def.on_success, id))
-            .or_else(|| search(&self.def.on_failure, id))
+        super::find_step(self.def, id)
     }
 }
 

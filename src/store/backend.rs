@@ -57,6 +57,17 @@ impl Backend {
         }
     }
 
+    pub(crate) async fn read_streams(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+    ) -> Result<Vec<RawEvent>, StoreError> {
+        match self {
+            Backend::Postgres(b) => b.read_streams(kind, ids).await,
+            Backend::Sqlite(b) => b.read_streams(kind, ids).await,
+        }
+    }
+
     pub(crate) async fn read_all(
         &self,
         after: i64,

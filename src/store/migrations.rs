@@ -19,6 +19,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "append function",
         include_str!("../../migrations/postgres/0002_append_function.sql"),
     ),
+    (
+        3,
+        "run wakeups",
+        include_str!("../../migrations/postgres/0003_run_wakeups.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -31,6 +36,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         2,
         "head from events",
         include_str!("../../migrations/sqlite/0002_head_from_events.sql"),
+    ),
+    (
+        3,
+        "run wakeups",
+        include_str!("../../migrations/sqlite/0003_run_wakeups.sql"),
     ),
 ];
 

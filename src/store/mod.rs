@@ -10,6 +10,7 @@
 pub mod appender;
 mod backend;
 mod decode;
+pub mod domain_io;
 mod error;
 mod location;
 mod migrations;
@@ -19,6 +20,7 @@ pub mod repository;
 mod sqlite;
 mod tail;
 mod tx;
+mod wakeups;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +36,7 @@ pub use error::StoreError;
 pub use location::{DEFAULT_SQLITE_PATH, StoreLocation, redact};
 pub use tail::TAIL_PAGE;
 pub use tx::{StoreTx, TxConnection};
+pub use wakeups::Release;
 
 /// How a store is opened.
 #[derive(Debug, Clone)]
@@ -208,6 +211,31 @@ impl EventStore {
             .map(|r| r.decode(&self.inner.upcasters))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((events, scanned))
+    }
+
+    /// Every event of several streams of one type, by stream id (one query).
+    pub async fn read_streams(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+    ) -> Result<std::collections::HashMap<String, Vec<RecordedEvent>>, StoreError> {
+        let mut by_stream: std::collections::HashMap<String, Vec<RecordedEvent>> =
+            ids.iter().map(|id| (id.clone(), Vec::new())).collect();
+        if ids.is_empty() {
+            return Ok(by_stream);
+        }
+        for raw in self.inner.backend.read_streams(kind, ids).await? {
+            let event = raw.decode(&self.inner.upcasters)?;
+            by_stream
+                .entry(event.stream.id.clone())
+                .or_default()
+                .push(event);
+        }
+        Ok(by_stream)
+    }
+
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.inner.backend
     }
 
     /// The position of the last committed event (0 for an empty log).

@@ -113,6 +113,28 @@ impl PgBackend {
             .collect()
     }
 
+    pub(crate) async fn read_streams(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+    ) -> Result<Vec<RawEvent>, StoreError> {
+        let sql = const_format(
+            "SELECT {COLUMNS} FROM events WHERE stream_type = $1 AND stream_id = ANY($2) ORDER BY stream_id, version",
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(kind.as_str())
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db(format!(
+                "reading {} {kind} streams",
+                ids.len()
+            )))?
+            .iter()
+            .map(raw_event)
+            .collect()
+    }
+
     /// Events after `after`, up to the committed head read in the same call, that
     /// pass `filter`. Returns them and the position scanned up to.
     pub(crate) async fn read_all(

@@ -132,6 +132,28 @@ impl SqliteBackend {
             .collect()
     }
 
+    pub(crate) async fn read_streams(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+    ) -> Result<Vec<RawEvent>, StoreError> {
+        let sql = format!(
+            "{SELECT} WHERE stream_type = ?1 AND stream_id IN (SELECT value FROM json_each(?2)) ORDER BY stream_id, version"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(kind.as_str())
+            .bind(serde_json::Value::from(ids.to_vec()).to_string())
+            .fetch_all(&self.reader)
+            .await
+            .map_err(StoreError::db(format!(
+                "reading {} {kind} streams",
+                ids.len()
+            )))?
+            .iter()
+            .map(raw_event)
+            .collect()
+    }
+
     pub(crate) async fn read_all(
         &self,
         after: i64,

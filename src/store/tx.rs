@@ -76,6 +76,23 @@ impl StoreTx {
         Ok(appended)
     }
 
+    /// Append independent requests in this transaction: a conflict refuses only its
+    /// own request (each result says), the others are written.
+    pub async fn append_each(
+        &mut self,
+        requests: &[AppendRequest],
+    ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+        let refs: Vec<&AppendRequest> = requests.iter().collect();
+        let results = match &mut self.inner {
+            Inner::Postgres(tx) => {
+                super::postgres::append_in(tx, &refs, Atomicity::PerRequest).await?
+            }
+            Inner::Sqlite(tx) => super::sqlite::append_in(tx, &refs, Atomicity::PerRequest).await?,
+        };
+        self.wrote |= results.iter().any(Result::is_ok);
+        Ok(results)
+    }
+
     pub async fn commit(self) -> Result<(), StoreError> {
         match self.inner {
             Inner::Postgres(tx) => tx.commit().await,

@@ -1,0 +1,47 @@
+//! The executor: stateless workers that move runs forward.
+//!
+//! A [`Worker`] claims due runs from the wake-up queue under a lease, folds each run's
+//! stream, asks the [`engine`](crate::engine) what to do, and writes what it decided
+//! for many runs in one transaction: their events, the tasks and child runs they start,
+//! and their next wake-ups. Then it carries out the effects (processes, HTTP calls,
+//! database statements) and reports their outcomes on the next round. Nothing is kept
+//! only in memory: a worker that dies loses its leases, and the next worker to claim
+//! its runs replays them and starts any attempt that had no outcome again, with the
+//! same idempotency key.
+//!
+//! - `definitions`: workflow files registered as versions in the log, loaded back.
+//! - `control`: what people do to runs (start, approve, reject, cancel, finish a task),
+//!   each an append plus a wake-up in one transaction.
+//! - `worker`: the claim / decide / commit / perform loop.
+//! - `perform`: one effect through the step runners.
+
+pub mod control;
+pub mod definitions;
+mod perform;
+mod worker;
+
+pub use worker::{Clock, Worker, WorkerConfig, system_clock};
+
+use crate::engine::EngineError;
+use crate::store::StoreError;
+use crate::workflow::Diagnostics;
+
+/// What can stop the executor or a control command.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Invalid(Diagnostics),
+    #[error("{0}")]
+    Refused(String),
+    #[error("{what} cannot be read: {reason}")]
+    Corrupt { what: String, reason: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
