@@ -23,6 +23,14 @@ pub fn idempotency_key(run: RunId, step: &StepId, attempt: u32) -> String {
     format!("{run}/{step}/{attempt}")
 }
 
+/// The idempotency key the work of a step sees (a shell step's `AWL_IDEMPOTENCY_KEY`):
+/// the same for every attempt of one step of one run, restarts included, so a retry
+/// can recognise work an earlier attempt already did. [`idempotency_key`] is the key
+/// of one attempt, which tells attempts apart in the log and among work in flight.
+pub fn step_idempotency_key(run: RunId, step: &StepId) -> String {
+    format!("{run}/{step}")
+}
+
 /// The key of the compensation of `step`.
 pub fn compensation_key(run: RunId, step: &StepId) -> String {
     format!("{run}/{step}/compensate")

@@ -33,7 +33,7 @@ use crate::domain::ids::{RunId, StepId, TaskId};
 use crate::domain::run::{ErrorClass, ParentRef, Run, RunError};
 use crate::workflow::model::{DatabaseStep, HttpStep, NotifyStep, ShellStep, Workflow};
 
-pub use keys::{child_run_id, gate_id, idempotency_key, task_id};
+pub use keys::{child_run_id, gate_id, idempotency_key, step_idempotency_key, task_id};
 pub use recovery::backoff_ms;
 
 /// What one attempt of a step produced, as the worker reports it back.

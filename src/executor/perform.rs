@@ -19,6 +19,7 @@ pub(crate) struct Call<'a> {
     pub run_id: RunId,
     pub step_id: &'a str,
     pub attempt: u32,
+    /// The idempotency key the work sees (the same for every attempt of a step).
     pub key: &'a str,
     pub timeout_ms: Option<u64>,
 }

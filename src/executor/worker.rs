@@ -363,13 +363,16 @@ impl Worker {
         let mut outcomes = std::mem::take(&mut h.outcomes);
         let mut compensations = std::mem::take(&mut h.compensations);
         let mut kept = Vec::new();
+        // Work decided by an earlier tick of this round is as good as in flight: a later
+        // tick must not take its attempt for one a dead worker left behind.
+        let mut in_flight = h.in_flight.clone();
         let mut wake_at;
         for _ in 0..256 {
             let input = TickInput {
                 now,
                 outcomes: std::mem::take(&mut outcomes),
                 compensations: std::mem::take(&mut compensations),
-                in_flight: h.in_flight.clone(),
+                in_flight: in_flight.clone(),
                 env: self.config.env.clone(),
             };
             let tick = engine::tick(&h.definition, &state, &input)?;
@@ -383,14 +386,15 @@ impl Worker {
                         ref work,
                         ref step_id,
                         attempt,
-                        ref key,
                         ..
                     } if perform::is_pure(work) => {
+                        let run_id = state.id().unwrap_or_default();
+                        let key = engine::step_idempotency_key(run_id, step_id);
                         let call = Call {
-                            run_id: state.id().unwrap_or_default(),
+                            run_id,
                             step_id: step_id.as_str(),
                             attempt,
-                            key,
+                            key: &key,
                             timeout_ms: None,
                         };
                         let result = perform::perform(&self.runners, &call, work, None).await;
@@ -421,7 +425,13 @@ impl Worker {
                             again = true;
                         }
                     },
-                    other => kept.push(other),
+                    other => {
+                        if let Effect::Perform { key, .. } | Effect::Compensate { key, .. } = &other
+                        {
+                            in_flight.insert(key.clone());
+                        }
+                        kept.push(other)
+                    }
                 }
             }
             if !again {
@@ -650,11 +660,12 @@ impl Worker {
                     return;
                 }
                 tokio::spawn(async move {
+                    let step_key = engine::step_idempotency_key(id, &step_id);
                     let call = Call {
                         run_id: id,
                         step_id: step_id.as_str(),
                         attempt,
-                        key: &key,
+                        key: &step_key,
                         timeout_ms,
                     };
                     let result = perform::perform(&runners, &call, &work, before.as_ref()).await;

@@ -57,7 +57,8 @@ pub struct Workflow {
     /// Steps run after the run succeeded (their failure does not change the outcome).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub on_success: Vec<Step>,
-    /// Steps run after the run failed, once compensations are done.
+    /// Steps run when the run fails, before the compensations run (their failure does
+    /// not change the outcome).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub on_failure: Vec<Step>,
     /// The run's outputs, by name: values or templates over inputs and step outputs.
