@@ -343,7 +343,7 @@ impl<'a> Walker<'a> {
                     at: self.now,
                 });
             };
-            let scope = self.scope(Some(next.as_str()));
+            let scope = self.scope_for(Some(next.as_str()), &templates_of(&undo));
             match render::work(self.def, &undo, &scope, None) {
                 Ok(work) => {
                     self.effects.push(Effect::Compensate {
@@ -371,8 +371,8 @@ impl<'a> Walker<'a> {
             return Ok(()); // stragglers of a `wait_for: any`
         }
         let last = self.def.steps.last().map(|s| s.id().to_string());
-        let scope = self.scope(last.as_deref());
         let outputs = Value::Object(self.def.outputs.clone().into_iter().collect());
+        let scope = self.scope_for(last.as_deref(), &outputs);
         match crate::expr::render_value(&outputs, &scope) {
             Ok(outputs) => self.decide(RunCommand::Complete {
                 outputs,
@@ -526,7 +526,7 @@ impl<'a> Walker<'a> {
         prev: Option<&str>,
     ) -> Result<(), EngineError> {
         let id = step_id(step);
-        let scope = self.scope(prev);
+        let scope = self.scope_for(prev, &templates_of(step));
         match &step.kind {
             StepKind::Gate(gate) => {
                 let message = match render::text(&gate.message, &scope) {
@@ -629,7 +629,7 @@ impl<'a> Walker<'a> {
         prev: Option<&str>,
     ) -> Result<(), EngineError> {
         let id = step_id(step);
-        let scope = self.scope(prev);
+        let scope = self.scope_for(prev, &templates_of(step));
         let fallback = self.recovery_before(&id, attempt).and_then(|r| match r {
             RecoveryAction::Fallback { tool } => Some(tool),
             _ => None,
@@ -1037,12 +1037,29 @@ impl<'a> Walker<'a> {
 
     fn condition(&self, source: &str, prev: Option<&str>) -> Result<bool, String> {
         let expr = Expression::parse_condition(source).map_err(|e| e.to_string())?;
-        expr.evaluate_bool(&self.scope(prev))
+        let steps = if source.contains("steps[") {
+            self.step_ids.clone()
+        } else {
+            expr.references().steps.iter().cloned().collect()
+        };
+        expr.evaluate_bool(&render::scope(&steps, &self.state, prev, &self.input.env))
             .map_err(|e| e.to_string())
     }
 
-    fn scope(&self, prev: Option<&str>) -> crate::expr::Scope {
-        render::scope(&self.step_ids, &self.state, prev, &self.input.env)
+    /// What the templates in `templates` see: only the steps they name (building the
+    /// view of every step for every step would make a long run quadratic), or every
+    /// step when they index `steps` dynamically.
+    fn scope_for(&self, prev: Option<&str>, templates: &Value) -> crate::expr::Scope {
+        let dynamic = templates.to_string().contains("steps[");
+        let steps: Vec<String> = if dynamic {
+            self.step_ids.clone()
+        } else {
+            crate::expr::references_in(templates)
+                .steps
+                .into_iter()
+                .collect()
+        };
+        render::scope(&steps, &self.state, prev, &self.input.env)
     }
 
     /// The timeout of `attempt`: the step's, or what an `increase_timeout` recovery
@@ -1096,6 +1113,11 @@ fn step_id(step: &Step) -> StepId {
     // Ids were checked when the workflow was loaded; a bad one cannot get here.
     StepId::try_from(step.id())
         .unwrap_or_else(|_| StepId::try_from("invalid-step-id").unwrap_or_else(|_| unreachable!()))
+}
+
+/// The template-bearing fields of a step, as JSON.
+fn templates_of(step: &Step) -> Value {
+    serde_json::to_value(&step.kind).unwrap_or(Value::Null)
 }
 
 fn collect_ids(step: &Step, out: &mut Vec<String>) {

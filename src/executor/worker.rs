@@ -81,6 +81,11 @@ impl WorkerConfig {
     }
 }
 
+/// How many times one run is decided again in one round after pure tools answered
+/// at once; a longer chain goes on in the next round, so one run cannot hold up the
+/// others' commit.
+const MAX_TICKS_PER_ROUND: usize = 64;
+
 /// A run this worker holds.
 struct Held {
     run: Run,
@@ -116,6 +121,9 @@ struct Decided {
     effects: Vec<Effect>,
     wake_at: Option<DateTime<Utc>>,
     state: Run,
+    /// Outcomes of pure tools not yet decided on (the round's cap was reached): the
+    /// run stays held and is decided again next round.
+    pending: Vec<StepOutcome>,
 }
 
 impl Worker {
@@ -366,8 +374,8 @@ impl Worker {
         // Work decided by an earlier tick of this round is as good as in flight: a later
         // tick must not take its attempt for one a dead worker left behind.
         let mut in_flight = h.in_flight.clone();
-        let mut wake_at;
-        for _ in 0..256 {
+        let mut wake_at = None;
+        for _ in 0..MAX_TICKS_PER_ROUND {
             let input = TickInput {
                 now,
                 outcomes: std::mem::take(&mut outcomes),
@@ -435,18 +443,17 @@ impl Worker {
                 }
             }
             if !again {
-                return Ok(Decided {
-                    run_id: run_id.to_string(),
-                    events,
-                    effects: kept,
-                    wake_at,
-                    state,
-                });
+                break;
             }
         }
-        Err(ExecError::Refused(format!(
-            "run {run_id}: too many immediate steps in one round"
-        )))
+        Ok(Decided {
+            run_id: run_id.to_string(),
+            events,
+            effects: kept,
+            wake_at,
+            state,
+            pending: outcomes,
+        })
     }
 
     async fn child_definition(
@@ -584,7 +591,7 @@ impl Worker {
                 .effects
                 .iter()
                 .any(|e| matches!(e, Effect::Perform { .. } | Effect::Compensate { .. }));
-            if h.in_flight.is_empty() && !starts_work {
+            if h.in_flight.is_empty() && !starts_work && d.pending.is_empty() {
                 releases.push(Release {
                     run_id: d.run_id.clone(),
                     due_at: d.wake_at,
@@ -621,6 +628,10 @@ impl Worker {
             };
             h.version = versions.get(&d.run_id).copied().unwrap_or(h.version);
             h.run = d.state;
+            if !d.pending.is_empty() {
+                h.outcomes.extend(d.pending);
+                h.dirty = true;
+            }
             for effect in d.effects {
                 self.spawn(&d.run_id, h, effect, done_tx);
             }

@@ -1,0 +1,363 @@
+//! The executor benchmark: steps per second for 1,000 runs of a ten-step no-op
+//! workflow with one and two workers; time from starting a run to its first step
+//! starting; replay time of a run with 1,000 events. On Postgres and on SQLite.
+//! Prints Markdown for BENCHMARKS.md.
+//!
+//!     cargo bench --bench executor                       # both stores
+//!     cargo bench --bench executor -- --only postgres --runs 1000
+//!
+//! Postgres comes from AWL_BENCH_DATABASE_URL or DATABASE_URL (an admin URL; each
+//! measurement creates and drops its own database), default
+//! postgres://postgres@127.0.0.1/postgres.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use awl::domain::ids::RunId;
+use awl::domain::run::{Run, RunStatus};
+use awl::engine::{self, TickInput};
+use awl::executor::control;
+use awl::executor::definitions::{self, Registered};
+use awl::executor::{Worker, WorkerConfig, system_clock};
+use awl::log::{StreamRef, StreamType};
+use awl::runners::{Runners, RunnersConfig};
+use awl::store::{EventStore, StoreLocation, StoreOptions, domain_io};
+use chrono::Utc;
+use serde_json::Map;
+use sqlx::Connection;
+use tokio::sync::watch;
+
+struct Config {
+    only: Option<String>,
+    runs: usize,
+    admin_url: String,
+}
+
+fn config() -> Config {
+    let mut args = std::env::args().skip(1);
+    let mut c = Config {
+        only: None,
+        runs: 1_000,
+        admin_url: std::env::var("AWL_BENCH_DATABASE_URL")
+            .or_else(|_| std::env::var("DATABASE_URL"))
+            .ok()
+            .filter(|u| u.starts_with("postgres"))
+            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+    };
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--only" => c.only = args.next(),
+            "--runs" => c.runs = args.next().and_then(|s| s.parse().ok()).unwrap_or(1_000),
+            _ => {}
+        }
+    }
+    c
+}
+
+struct Fresh {
+    store: EventStore,
+    location: StoreLocation,
+    _guard: Box<dyn std::any::Any>,
+}
+
+async fn fresh(kind: &str, cfg: &Config) -> Fresh {
+    let options = StoreOptions {
+        max_connections: 32,
+        ..StoreOptions::default()
+    };
+    match kind {
+        "postgres" => {
+            let name = format!("awl_bench_{}", uuid::Uuid::new_v4().simple());
+            let mut admin = sqlx::PgConnection::connect(&cfg.admin_url)
+                .await
+                .expect("connect");
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut admin)
+                .await
+                .expect("create database");
+            let base = cfg
+                .admin_url
+                .rsplit_once('/')
+                .map_or(cfg.admin_url.as_str(), |(b, _)| b);
+            let location = StoreLocation::Postgres(format!("{base}/{name}"));
+            let store = EventStore::open(&location, options).await.expect("open");
+            Fresh {
+                store,
+                location,
+                _guard: Box::new(DropDb {
+                    admin: cfg.admin_url.clone(),
+                    name,
+                }),
+            }
+        }
+        _ => {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let location = StoreLocation::sqlite(dir.path().join("bench.db"));
+            let store = EventStore::open(&location, options).await.expect("open");
+            Fresh {
+                store,
+                location,
+                _guard: Box::new(dir),
+            }
+        }
+    }
+}
+
+struct DropDb {
+    admin: String,
+    name: String,
+}
+
+impl Drop for DropDb {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("rt");
+            rt.block_on(async move {
+                if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&mut c)
+                    .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A workflow of `steps` no-op tool steps.
+fn noop_workflow(dir: &Path, name: &str, steps: usize) -> std::path::PathBuf {
+    let mut yaml = format!("name: {name}\nversion: \"1.0.0\"\nsteps:\n");
+    for i in 0..steps {
+        yaml.push_str(&format!("  - {{id: s{i}, tool: noop}}\n"));
+    }
+    let path = dir.join(format!("{name}.awl.yaml"));
+    std::fs::write(&path, yaml).expect("write workflow");
+    path
+}
+
+async fn register(store: &EventStore, path: &Path) -> Registered {
+    definitions::register_file(store, path, "bench", Utc::now())
+        .await
+        .expect("register")
+}
+
+async fn start_runs(store: &EventStore, registered: &Registered, n: usize) -> Vec<RunId> {
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = control::start_run(
+            store,
+            registered,
+            Map::new(),
+            RunId::new(),
+            "bench",
+            Utc::now(),
+        )
+        .await
+        .expect("start");
+        ids.push(id);
+    }
+    ids
+}
+
+fn worker(store: &EventStore, owner: &str) -> Worker {
+    let mut config = WorkerConfig::new(owner);
+    config.poll = Duration::from_millis(20);
+    Worker::new(
+        store.clone(),
+        Runners::new(RunnersConfig::default()),
+        config,
+        system_clock(),
+    )
+}
+
+async fn all_finished(store: &EventStore, ids: &[RunId]) -> bool {
+    store.wakeups().await.expect("wakeups").is_empty() && {
+        let sample: Vec<String> = ids.iter().take(20).map(|i| i.to_string()).collect();
+        let streams = store
+            .read_streams(StreamType::Run, &sample)
+            .await
+            .expect("read");
+        sample.iter().all(|id| {
+            domain_io::fold::<Run>(&streams[id])
+                .map(|(r, _)| r.is_terminal())
+                .unwrap_or(false)
+        })
+    }
+}
+
+/// Steps per second: start `runs` runs, then let `workers` workers finish them.
+async fn throughput(kind: &str, cfg: &Config, workers: usize) -> (f64, f64) {
+    let fresh = fresh(kind, cfg).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let registered = register(&fresh.store, &noop_workflow(dir.path(), "ten", 10)).await;
+    let ids = start_runs(&fresh.store, &registered, cfg.runs).await;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        // Each worker its own pool, as separate processes would have.
+        let store = EventStore::open(
+            &fresh.location,
+            StoreOptions {
+                migrate: false,
+                ..StoreOptions::default()
+            },
+        )
+        .await
+        .expect("open");
+        handles.push(tokio::spawn(
+            worker(&store, &format!("bench-{w}")).run(stop_rx.clone()),
+        ));
+    }
+    while !all_finished(&fresh.store, &ids).await {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let _ = stop_tx.send(true);
+    for h in handles {
+        h.await.expect("join").expect("worker");
+    }
+    let statuses = fresh
+        .store
+        .read_streams(
+            StreamType::Run,
+            &ids.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
+        )
+        .await
+        .expect("read");
+    let succeeded = statuses
+        .values()
+        .filter(|events| {
+            domain_io::fold::<Run>(events)
+                .map(|(r, _)| r.status() == Some(RunStatus::Succeeded))
+                .unwrap_or(false)
+        })
+        .count();
+    assert_eq!(succeeded, ids.len(), "every run succeeded");
+    let steps = (ids.len() * 10) as f64;
+    (steps / elapsed, elapsed)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// From `start_run` returning to the first step's `run.step_started` being committed,
+/// with an idle worker waiting.
+async fn first_step_latency(kind: &str, cfg: &Config) -> (f64, f64) {
+    let fresh = fresh(kind, cfg).await;
+    let dir = tempfile::tempdir().expect("dir");
+    // A shell step: the first step is started (and committed) before it is performed.
+    let path = dir.path().join("one.awl.yaml");
+    std::fs::write(&path, "name: one\nversion: \"1.0.0\"\nsteps:\n  - {id: first, type: shell, command: [\"true\"]}\n").expect("write");
+    let registered = register(&fresh.store, &path).await;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let handle = tokio::spawn(worker(&fresh.store, "latency").run(stop_rx));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut samples = Vec::new();
+    for _ in 0..100 {
+        let id = RunId::new();
+        let stream = StreamRef::new(StreamType::Run, id.to_string());
+        let t0 = Instant::now();
+        control::start_run(
+            &fresh.store,
+            &registered,
+            Map::new(),
+            id,
+            "bench",
+            Utc::now(),
+        )
+        .await
+        .expect("start");
+        let started = Instant::now();
+        loop {
+            let events = fresh.store.read_stream(&stream).await.expect("read");
+            if events.iter().any(|e| e.event_type == "run.step_started") {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let _ = t0;
+        samples.push(started.elapsed().as_secs_f64() * 1e3);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop_tx.send(true);
+    handle.await.expect("join").expect("worker");
+    samples.sort_by(f64::total_cmp);
+    (percentile(&samples, 0.5), percentile(&samples, 0.99))
+}
+
+/// Read and fold a run with about 1,000 events, and decide its next move.
+async fn replay(kind: &str, cfg: &Config) -> (usize, f64, f64) {
+    let fresh = fresh(kind, cfg).await;
+    let dir = tempfile::tempdir().expect("dir");
+    // 333 steps x 3 events + start and end: just over 1,000 events.
+    let registered = register(&fresh.store, &noop_workflow(dir.path(), "long", 333)).await;
+    let definition = Arc::clone(&registered.workflow);
+    let ids = start_runs(&fresh.store, &registered, 1).await;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let handle = tokio::spawn(worker(&fresh.store, "replay").run(stop_rx));
+    while !all_finished(&fresh.store, &ids).await {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _ = stop_tx.send(true);
+    handle.await.expect("join").expect("worker");
+    let stream = StreamRef::new(StreamType::Run, ids[0].to_string());
+    let mut samples = Vec::new();
+    let mut count = 0;
+    for _ in 0..100 {
+        let t = Instant::now();
+        let events = fresh.store.read_stream(&stream).await.expect("read");
+        let (run, version) = domain_io::fold::<Run>(&events).expect("fold");
+        let tick = engine::tick(
+            &definition,
+            &run,
+            &TickInput {
+                now: Utc::now(),
+                ..TickInput::default()
+            },
+        )
+        .expect("tick");
+        assert!(tick.events.is_empty());
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+        count = version as usize;
+    }
+    samples.sort_by(f64::total_cmp);
+    (count, percentile(&samples, 0.5), percentile(&samples, 0.95))
+}
+
+#[tokio::main]
+async fn main() {
+    let cfg = config();
+    for kind in ["postgres", "sqlite"] {
+        if cfg.only.as_deref().is_some_and(|o| o != kind) {
+            continue;
+        }
+        println!("\n### {kind}\n");
+        println!("| workers | runs | steps | seconds | steps/s |");
+        println!("|---:|---:|---:|---:|---:|");
+        for workers in [1, 2] {
+            let (rate, secs) = throughput(kind, &cfg, workers).await;
+            println!(
+                "| {workers} | {} | {} | {secs:.2} | {rate:.0} |",
+                cfg.runs,
+                cfg.runs * 10
+            );
+        }
+        let (p50, p99) = first_step_latency(kind, &cfg).await;
+        println!(
+            "\nRun to first step started (100 runs, idle worker): p50 {p50:.1} ms, p99 {p99:.1} ms"
+        );
+        let (events, p50, p95) = replay(kind, &cfg).await;
+        println!(
+            "Replay a run of {events} events (read + fold + decide, 100 times): p50 {p50:.2} ms, p95 {p95:.2} ms"
+        );
+    }
+}
