@@ -13,4 +13,4 @@ COPY --from=build /src/target/release/awl /usr/local/bin/awl
 USER awl
 WORKDIR /var/lib/awl
 ENTRYPOINT ["awl"]
-CMD ["events", "--follow"]
+CMD ["worker"]
