@@ -49,6 +49,11 @@ pub fn escalation_gate_id(run: RunId, step: &StepId, attempt: u32) -> GateId {
     ))
 }
 
+/// The gate a `budget` escalation opens (one per run).
+pub fn budget_gate_id(run: RunId) -> GateId {
+    GateId::from_uuid(derived(run, &["budget"]))
+}
+
 /// The task an `agent` step queues for `attempt`.
 pub fn task_id(run: RunId, step: &StepId, attempt: u32) -> TaskId {
     TaskId::from_uuid(derived(run, &[step.as_str(), &attempt.to_string(), "task"]))

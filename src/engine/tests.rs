@@ -1064,3 +1064,68 @@ fn replaying_a_finished_run_decides_nothing_new() {
         Some(StepState::Succeeded { .. })
     ));
 }
+
+#[test]
+fn over_budget_a_budget_escalation_asks_a_person() {
+    let yaml = r#"
+name: costly
+version: "1.0.0"
+cost_budget_usd: 1.0
+error_handlers:
+  - {class: budget, action: escalate, approvers: [finance]}
+steps:
+  - {id: think, tool: noop}
+  - {id: more, tool: noop}
+"#;
+    let over = |sim: &mut Sim| {
+        sim.tick();
+        sim.outcomes.push(StepOutcome {
+            step_id: sid("think"),
+            attempt: 1,
+            result: Ok(Done {
+                output: json!({}),
+                cost_usd: Some(1.5),
+                tokens: None,
+            }),
+        });
+        sim.tick()
+    };
+    let mut sim = Sim::start(yaml, json!({}));
+    let tick = over(&mut sim);
+    assert!(performed(&tick).is_empty(), "nothing starts over budget");
+    assert_eq!(sim.run.status(), Some(RunStatus::Waiting));
+    let gate = open_gate(&sim);
+    assert_eq!(gate.approvers, vec!["finance".to_string()]);
+    assert!(gate.message.contains("over its budget"), "{}", gate.message);
+    sim.decide(RunCommand::ApproveGate {
+        gate_id: gate.gate_id,
+        by: "finance".into(),
+        comment: None,
+        at: t0(),
+    });
+    assert_eq!(
+        performed(&sim.tick()),
+        vec!["more"],
+        "approved: the run goes on"
+    );
+    sim.succeed("more");
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+
+    let mut refused = Sim::start(yaml, json!({}));
+    over(&mut refused);
+    let gate = open_gate(&refused);
+    refused.decide(RunCommand::RejectGate {
+        gate_id: gate.gate_id,
+        by: "finance".into(),
+        comment: "no".into(),
+        at: t0(),
+    });
+    refused.tick();
+    assert_eq!(refused.run.status(), Some(RunStatus::Failed));
+    match refused.run.outcome() {
+        Some(crate::domain::run::RunOutcome::Failed { error_class, .. }) => {
+            assert_eq!(*error_class, Some(ErrorClass::Budget))
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -24,8 +24,8 @@ use crate::workflow::model::{
 };
 
 use super::keys::{
-    child_run_id, compensation_key, escalation_gate_id, gate_id, idempotency_key, task_id,
-    unit_hash,
+    budget_gate_id, child_run_id, compensation_key, escalation_gate_id, gate_id, idempotency_key,
+    task_id, unit_hash,
 };
 use super::recovery::{self, Decision};
 use super::{CompensationOutcome, Done, Effect, EngineError, Failure, Tick, TickInput, render};
@@ -231,7 +231,7 @@ impl<'a> Walker<'a> {
                 format!("the run timed out at {}", deadline.to_rfc3339()),
             ));
         }
-        if self.state.budget_exceeded_at().is_some() {
+        if self.state.budget_exceeded_at().is_some() && !self.budget_escalation_pending() {
             return Some((
                 ErrorClass::Budget,
                 format!(
@@ -242,6 +242,58 @@ impl<'a> Walker<'a> {
             ));
         }
         None
+    }
+
+    /// The workflow's `budget` handler, if it escalates: over budget, a person decides
+    /// whether the run goes on.
+    fn budget_escalation(&self) -> Option<&'a crate::workflow::model::ErrorHandler> {
+        recovery::handler_for(&self.def.error_handlers, ErrorClass::Budget)
+            .filter(|h| h.action == HandlerAction::Escalate)
+    }
+
+    /// Over budget with an escalation that has not been rejected: the run waits for
+    /// (or was given) a person's approval rather than failing.
+    fn budget_escalation_pending(&self) -> bool {
+        if self.budget_escalation().is_none() {
+            return false;
+        }
+        match self.state.gate(&budget_gate_id(self.run_id)) {
+            None => true,
+            Some(gate) => matches!(gate.decision, None | Some(GateDecision::Approved { .. })),
+        }
+    }
+
+    /// Before a step starts over budget: open the budget gate (once) and wait for it;
+    /// once approved, the run goes on.
+    fn budget_hold(&mut self, id: &StepId) -> Result<bool, EngineError> {
+        if self.state.budget_exceeded_at().is_none() {
+            return Ok(false);
+        }
+        let Some(handler) = self.budget_escalation() else {
+            return Ok(false);
+        };
+        let gate_id = budget_gate_id(self.run_id);
+        match self.state.gate(&gate_id).map(|g| g.decision.clone()) {
+            Some(Some(GateDecision::Approved { .. })) => Ok(false),
+            Some(_) => Ok(true),
+            None => {
+                let message = format!(
+                    "The run has cost ${:.4}, over its budget of ${:.4}. Approve to let it go \
+                     on (step `{id}` is next); reject to fail it.",
+                    self.state.total_cost_usd(),
+                    self.state.budget_usd().unwrap_or_default()
+                );
+                self.decide(RunCommand::OpenGate {
+                    gate_id,
+                    step_id: id.clone(),
+                    approvers: handler.approvers.clone(),
+                    message,
+                    expires_at: None,
+                    at: self.now,
+                })?;
+                Ok(true)
+            }
+        }
     }
 
     /// Why the main flow failed: the first step that failed for good.
@@ -411,6 +463,9 @@ impl<'a> Walker<'a> {
                 Some(StepState::Scheduled { attempt, due_at }) => {
                     if due_at > self.now {
                         self.wake(due_at);
+                        return Ok(Progress::Blocked);
+                    }
+                    if self.budget_hold(&id)? {
                         return Ok(Progress::Blocked);
                     }
                     self.begin(step, attempt, prev)?;
