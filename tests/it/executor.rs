@@ -1,0 +1,1016 @@
+//! The executor's guarantees, checked against the real `awl` binary (workers are child
+//! processes that can be SIGKILLed) on a fresh Postgres database or SQLite file per
+//! test:
+//!
+//! - a worker killed mid-step loses nothing: another worker restarts the attempt with
+//!   the same idempotency key, completed steps are not run again, every run succeeds
+//!   and every step succeeds exactly once in the log;
+//! - two workers sharing one database never run the same attempt at the same time;
+//! - values from inputs reach processes and SQL as data, never as code;
+//! - a retry's back-off is a due time in `run_wakeups`, not a sleep in a worker;
+//! - a cancelled run stops and leaves the wake-up queue.
+//!
+//! Every wait is bounded ([`LIMIT`]) and fails instead of hanging; assertions are on
+//! what the log and the queue recorded, not on how fast things happened.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use awl::domain::ids::RunId;
+use awl::executor::{control, definitions};
+use awl::log::{RecordedEvent, StreamRef, StreamType};
+use awl::store::{EventStore, StoreLocation};
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use sqlx::Connection;
+
+use crate::support::{Backend, TestStore, within};
+
+/// The longest any wait in these tests may take, in seconds.
+const LIMIT: u64 = 90;
+
+// ---------------------------------------------------------------- fixtures
+
+/// The store URL the binary is given through `DATABASE_URL`.
+fn url_of(location: &StoreLocation) -> String {
+    match location {
+        StoreLocation::Postgres(url) => url.clone(),
+        StoreLocation::Sqlite(path) => format!("sqlite://{}", path.display()),
+    }
+}
+
+/// An `awl` command on the test's store.
+fn awl(location: &StoreLocation) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_awl"));
+    cmd.env("DATABASE_URL", url_of(location))
+        .env_remove("AWL_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Run `awl ARGS` to the end (bounded), returning its output.
+async fn awl_output(location: &StoreLocation, args: &[&str]) -> std::process::Output {
+    let what = format!("awl {}", args.join(" "));
+    within(LIMIT, &what, awl(location).args(args).output())
+        .await
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"))
+}
+
+/// Run `awl ARGS`, which must succeed; returns its stdout.
+async fn awl_ok(location: &StoreLocation, args: &[&str]) -> String {
+    let out = awl_output(location, args).await;
+    assert!(
+        out.status.success(),
+        "awl {} failed: {}\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// An `awl worker` child process. Its stderr goes to a file that is printed if the
+/// test fails while it is alive; dropping it SIGKILLs it.
+struct WorkerProcess {
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+impl WorkerProcess {
+    fn start(location: &StoreLocation, dir: &Path, name: &str, args: &[&str]) -> Self {
+        let log = dir.join(format!("{name}.log"));
+        let stderr = std::fs::File::create(&log).expect("worker log file");
+        let child = awl(location)
+            .arg("worker")
+            .args(args)
+            .env("AWL_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("start awl worker");
+        Self { child, log }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id().expect("the worker is running")
+    }
+
+    /// SIGKILL (what `Child::kill` sends on Unix) and reap it.
+    async fn sigkill(&mut self) {
+        within(LIMIT, "the worker to die", self.child.kill())
+            .await
+            .expect("SIGKILL the worker");
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- {} ----\n{}",
+                self.log.display(),
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// Poll `probe` every 100 ms until it gives a value; fail after [`LIMIT`] seconds.
+async fn wait_for<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    within(LIMIT, what, async {
+        loop {
+            if let Some(found) = probe().await {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+/// Write `yaml` to `dir/name` and register it.
+async fn register(
+    store: &EventStore,
+    dir: &Path,
+    name: &str,
+    yaml: &str,
+) -> (PathBuf, definitions::Registered) {
+    let path = dir.join(name);
+    std::fs::write(&path, yaml).expect("write the workflow file");
+    let registered = definitions::register_file(store, &path, "test", Utc::now())
+        .await
+        .unwrap_or_else(|e| panic!("register {name}: {e}"));
+    (path, registered)
+}
+
+/// Start a run with string inputs (through the library, as `awl run --detach` does).
+async fn start(
+    store: &EventStore,
+    registered: &definitions::Registered,
+    inputs: &[(&str, &str)],
+) -> String {
+    let inputs: Map<String, Value> = inputs
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+        .collect();
+    control::start_run(store, registered, inputs, RunId::new(), "test", Utc::now())
+        .await
+        .expect("start a run")
+        .to_string()
+}
+
+async fn events_of(store: &EventStore, run_id: &str) -> Vec<RecordedEvent> {
+    store
+        .read_stream(&StreamRef::new(StreamType::Run, run_id))
+        .await
+        .expect("read a run's events")
+}
+
+async fn events_of_all(store: &EventStore, ids: &[String]) -> HashMap<String, Vec<RecordedEvent>> {
+    store
+        .read_streams(StreamType::Run, ids)
+        .await
+        .expect("read the runs' events")
+}
+
+fn of_type<'a>(events: &'a [RecordedEvent], ty: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    events
+        .iter()
+        .filter(move |e| e.event_type == ty)
+        .map(|e| &e.payload)
+}
+
+fn for_step<'a>(
+    events: &'a [RecordedEvent],
+    ty: &'a str,
+    step: &'a str,
+) -> impl Iterator<Item = &'a Value> + 'a {
+    of_type(events, ty).filter(move |p| p["step_id"] == step)
+}
+
+fn is_finished(events: &[RecordedEvent]) -> bool {
+    events.iter().any(|e| {
+        matches!(
+            e.event_type.as_str(),
+            "run.completed" | "run.failed" | "run.cancelled"
+        )
+    })
+}
+
+fn time(v: &Value) -> DateTime<Utc> {
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("not a time: {v}: {e}"))
+}
+
+/// Wait until every run in `ids` has ended.
+async fn wait_until_finished(
+    store: &EventStore,
+    ids: &[String],
+) -> HashMap<String, Vec<RecordedEvent>> {
+    wait_for("every run to finish", async || {
+        let all = events_of_all(store, ids).await;
+        all.values().all(|e| is_finished(e)).then_some(all)
+    })
+    .await
+}
+
+/// Per run: every step's `run.step_started` payloads and `run.step_succeeded` count,
+/// and that no attempt ran under two idempotency keys (or one that is not its own).
+fn check_keys(run_id: &str, events: &[RecordedEvent]) {
+    let mut keys: BTreeMap<(String, u64), BTreeSet<String>> = BTreeMap::new();
+    for p in of_type(events, "run.step_started") {
+        let step = p["step_id"].as_str().expect("step_id").to_string();
+        let attempt = p["attempt"].as_u64().expect("attempt");
+        let key = p["idempotency_key"].as_str().expect("key").to_string();
+        keys.entry((step, attempt)).or_default().insert(key);
+    }
+    for ((step, attempt), keys) in &keys {
+        let expected = format!("{run_id}/{step}/{attempt}");
+        assert_eq!(
+            keys,
+            &BTreeSet::from([expected]),
+            "run {run_id}: step {step} attempt {attempt} ran under these keys"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- 1. crash recovery
+
+const CRASH_WORKFLOW: &str = r#"
+name: crash-recovery
+version: "1.0.0"
+inputs:
+  kind: {type: string, required: true}
+  record: {type: string, required: true}
+steps:
+  - id: prepare
+    type: tool
+    tool: echo
+    inputs: {message: "${{ inputs.kind }}"}
+  - id: approval
+    if: "inputs.kind == 'gate'"
+    type: gate
+    message: "ship it?"
+  - id: slow
+    if: "inputs.kind == 'slow'"
+    type: shell
+    script: |
+      echo "start $AWL_IDEMPOTENCY_KEY" >> "$1"
+      sleep 3
+      echo "done $AWL_IDEMPOTENCY_KEY" >> "$1"
+      printf '%s' "$AWL_IDEMPOTENCY_KEY"
+    args: ["${{ inputs.record }}"]
+  - id: after
+    type: shell
+    command: ["echo", "finished"]
+"#;
+
+/// 50 runs (half waiting at a gate, half inside a 3-second shell step) on a worker
+/// that is SIGKILLed; a second worker finishes them all.
+pub async fn a_killed_worker_loses_nothing(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, registered) = register(&t.store, dir.path(), "crash.yaml", CRASH_WORKFLOW).await;
+
+    let mut gate_runs = Vec::new();
+    let mut slow_runs = Vec::new();
+    for i in 0..50 {
+        let record = dir.path().join(format!("record-{i}.txt"));
+        let kind = if i % 2 == 0 { "gate" } else { "slow" };
+        let run = start(
+            &t.store,
+            &registered,
+            &[("kind", kind), ("record", record.to_str().unwrap())],
+        )
+        .await;
+        if kind == "gate" {
+            gate_runs.push(run);
+        } else {
+            slow_runs.push((run, record));
+        }
+    }
+    let all: Vec<String> = gate_runs
+        .iter()
+        .cloned()
+        .chain(slow_runs.iter().map(|(r, _)| r.clone()))
+        .collect();
+    let slow_ids: Vec<String> = slow_runs.iter().map(|(r, _)| r.clone()).collect();
+
+    let mut first = WorkerProcess::start(
+        &t.location,
+        dir.path(),
+        "worker-1",
+        &["--lease-seconds", "2"],
+    );
+    // Every gate open and every slow step's process running (it wrote its first line).
+    wait_for("gates open and slow steps running", async || {
+        let gates = events_of_all(&t.store, &gate_runs).await;
+        let ready = gates
+            .values()
+            .all(|e| of_type(e, "run.gate_opened").count() == 1)
+            && slow_runs.iter().all(|(_, record)| {
+                std::fs::read_to_string(record).is_ok_and(|t| t.starts_with("start "))
+            });
+        ready.then_some(())
+    })
+    .await;
+    first.sigkill().await;
+
+    // What was in flight when it died: started, no outcome.
+    let at_kill = events_of_all(&t.store, &slow_ids).await;
+    let killed: BTreeSet<String> = at_kill
+        .iter()
+        .filter(|(_, e)| {
+            for_step(e, "run.step_started", "slow").count() > 0
+                && for_step(e, "run.step_succeeded", "slow").count() == 0
+                && for_step(e, "run.step_failed", "slow").count() == 0
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert!(
+        !killed.is_empty(),
+        "no slow step was in flight when the worker was killed: the test proves nothing"
+    );
+    eprintln!(
+        "{} of {} slow steps were in flight at SIGKILL",
+        killed.len(),
+        slow_ids.len()
+    );
+
+    let _second = WorkerProcess::start(
+        &t.location,
+        dir.path(),
+        "worker-2",
+        &["--lease-seconds", "2"],
+    );
+    let gates = events_of_all(&t.store, &gate_runs).await;
+    for run in &gate_runs {
+        let gate = of_type(&gates[run], "run.gate_opened")
+            .next()
+            .expect("an open gate")["gate_id"]
+            .as_str()
+            .expect("gate_id")
+            .to_string();
+        awl_ok(&t.location, &["approve", &gate, "--by", "tester"]).await;
+    }
+    let finished = wait_until_finished(&t.store, &all).await;
+
+    // Every run succeeded, as `awl list` reports it too.
+    let listed = awl_ok(&t.location, &["list", "--json", "--limit", "100"]).await;
+    let statuses: HashMap<String, String> = listed
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("a JSON line");
+            (
+                v["run_id"].as_str().unwrap().to_string(),
+                v["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(statuses.len(), 50, "awl list shows every run");
+    for run in &all {
+        assert_eq!(statuses[run], "SUCCEEDED", "run {run}");
+    }
+
+    for (run, events) in &finished {
+        assert!(
+            of_type(events, "run.completed").count() == 1,
+            "run {run} completed"
+        );
+        check_keys(run, events);
+        let is_gate = gate_runs.contains(run);
+        let steps: &[&str] = if is_gate {
+            &["prepare", "approval", "after"]
+        } else {
+            &["prepare", "slow", "after"]
+        };
+        for step in steps {
+            assert_eq!(
+                for_step(events, "run.step_succeeded", step).count(),
+                1,
+                "run {run}: step {step} succeeded exactly once"
+            );
+        }
+        assert_eq!(
+            of_type(events, "run.step_succeeded").count(),
+            3,
+            "run {run}: only the steps of its kind ran"
+        );
+        assert_eq!(of_type(events, "run.step_failed").count(), 0, "run {run}");
+        for step in ["prepare", "approval", "slow", "after"] {
+            let starts: Vec<&Value> = for_step(events, "run.step_started", step).collect();
+            assert!(
+                starts.iter().all(|p| p["attempt"] == 1),
+                "run {run}: {step} needed one attempt"
+            );
+            let expected = if step == "slow" && killed.contains(run) {
+                2 // the start that died with the worker, and the restart
+            } else if steps.contains(&step) {
+                1
+            } else {
+                0
+            };
+            assert_eq!(
+                starts.len(),
+                expected,
+                "run {run}: starts of {step} (killed mid-step: {})",
+                killed.contains(run)
+            );
+        }
+    }
+
+    // The processes saw the same key: the killed attempt's process (orphaned, it
+    // carries on) and its restart both wrote it.
+    for (run, record) in &slow_runs {
+        let key = format!("{run}/slow/1");
+        let text = std::fs::read_to_string(record).expect("the step's record");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines.iter().all(|l| l.ends_with(&format!(" {key}"))),
+            "run {run}: every execution used key {key}: {text}"
+        );
+        let starts = lines.iter().filter(|l| l.starts_with("start ")).count();
+        if killed.contains(run) {
+            assert!(starts >= 2, "run {run} was restarted: {text}");
+        } else {
+            assert_eq!(starts, 1, "run {run} ran once: {text}");
+        }
+        let output = for_step(&finished[run], "run.step_succeeded", "slow")
+            .next()
+            .unwrap()["output"]["stdout"]
+            .clone();
+        assert_eq!(output, Value::String(key), "run {run}: the recorded output");
+    }
+}
+
+// ---------------------------------------------------------------- 2. no overlap
+
+fn journal_script() -> &'static str {
+    r#"echo "start $AWL_IDEMPOTENCY_KEY $$ $PPID $(date +%s%N)" >> "$1"
+sleep "$2"
+echo "end $AWL_IDEMPOTENCY_KEY $$ $PPID $(date +%s%N)" >> "$1"
+"#
+}
+
+/// Two worker processes, 100 runs, every execution of every shell step journaled
+/// with its key, its process and the time.
+pub async fn two_workers_never_run_one_attempt_at_once(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let journal = dir.path().join("journal.txt");
+    let script = serde_json::to_string(journal_script()).unwrap();
+    let yaml = format!(
+        r#"
+name: no-overlap
+version: "1.0.0"
+inputs:
+  journal: {{type: string, required: true}}
+  pause: {{type: string, required: true}}
+steps:
+  - id: first
+    type: shell
+    script: {script}
+    args: ["${{{{ inputs.journal }}}}", "0.1"]
+  - id: middle
+    type: tool
+    tool: noop
+  - id: second
+    type: shell
+    script: {script}
+    args: ["${{{{ inputs.journal }}}}", "${{{{ inputs.pause }}}}"]
+"#
+    );
+    let (_, registered) = register(&t.store, dir.path(), "overlap.yaml", &yaml).await;
+
+    // Small batches, so each worker holds a few runs at a time and both get work.
+    let args = ["--lease-seconds", "1", "--batch", "8"];
+    let a = WorkerProcess::start(&t.location, dir.path(), "worker-a", &args);
+    let b = WorkerProcess::start(&t.location, dir.path(), "worker-b", &args);
+    let mut runs = Vec::new();
+    for i in 0..100 {
+        // One run in ten has a step that outlives the lease: it must be renewed, not
+        // taken over.
+        let pause = if i % 10 == 0 { "2.5" } else { "0.1" };
+        let inputs = [("journal", journal.to_str().unwrap()), ("pause", pause)];
+        runs.push(start(&t.store, &registered, &inputs).await);
+    }
+    // Overlaps are looked for even if the runs never finish (a stolen run can keep
+    // two workers busy forever), so a failure names them.
+    let finished = tokio::time::timeout(Duration::from_secs(LIMIT), async {
+        loop {
+            let all = events_of_all(&t.store, &runs).await;
+            if all.values().all(|e| is_finished(e)) {
+                return all;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .ok();
+
+    // Executions by key: (pid, worker pid) -> (start, end).
+    type Span = (Option<u128>, Option<u128>);
+    let text = std::fs::read_to_string(&journal).expect("the journal");
+    let mut executions: BTreeMap<String, BTreeMap<(u32, u32), Span>> = BTreeMap::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        assert_eq!(parts.len(), 5, "a journal line: {line:?}");
+        let pid: u32 = parts[2].parse().unwrap();
+        let worker: u32 = parts[3].parse().unwrap();
+        let at: u128 = parts[4].parse().unwrap();
+        let span = executions
+            .entry(parts[1].to_string())
+            .or_default()
+            .entry((pid, worker))
+            .or_default();
+        match parts[0] {
+            "start" => span.0 = Some(at),
+            "end" => span.1 = Some(at),
+            other => panic!("a journal line: {other}"),
+        }
+    }
+    let mut by_worker: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut repeated = 0;
+    for (key, execs) in &executions {
+        // An execution still going has no end yet: it overlaps whatever started later.
+        let mut spans: Vec<(u128, u128)> = execs
+            .values()
+            .map(|(s, e)| {
+                (
+                    s.unwrap_or_else(|| panic!("{key}: an end without a start")),
+                    e.unwrap_or(u128::MAX),
+                )
+            })
+            .collect();
+        spans.sort();
+        for pair in spans.windows(2) {
+            assert!(
+                pair[1].0 > pair[0].1,
+                "{key} ran twice at once: {:?} and {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        repeated += usize::from(spans.len() > 1);
+        for (_, worker) in execs.keys() {
+            *by_worker.entry(*worker).or_default() += 1;
+        }
+    }
+    eprintln!("executions by worker pid: {by_worker:?}; attempts run more than once: {repeated}");
+
+    let finished =
+        finished.unwrap_or_else(|| panic!("timed out after {LIMIT}s waiting for every run"));
+    for (run, events) in &finished {
+        assert_eq!(
+            of_type(events, "run.completed").count(),
+            1,
+            "run {run} succeeded"
+        );
+        check_keys(run, events);
+        for step in ["first", "middle", "second"] {
+            assert_eq!(
+                for_step(events, "run.step_succeeded", step).count(),
+                1,
+                "run {run}: {step} succeeded once"
+            );
+        }
+    }
+    let expected: BTreeSet<String> = runs
+        .iter()
+        .flat_map(|r| [format!("{r}/first/1"), format!("{r}/second/1")])
+        .collect();
+    assert_eq!(
+        executions.keys().cloned().collect::<BTreeSet<_>>(),
+        expected,
+        "every attempt ran, and nothing else"
+    );
+    assert!(
+        executions
+            .values()
+            .flat_map(|e| e.values())
+            .all(|(_, end)| end.is_some()),
+        "every execution ended"
+    );
+    assert_eq!(
+        by_worker.keys().copied().collect::<BTreeSet<_>>(),
+        BTreeSet::from([a.pid(), b.pid()]),
+        "both workers ran steps"
+    );
+}
+
+// ---------------------------------------------------------------- 3. injection
+
+const PAYLOADS: [&str; 4] = [
+    r#""; rm -rf ~; echo ""#,
+    "$(touch MARKER)",
+    "`touch MARKER`",
+    "' OR 1=1 --",
+];
+
+const INERT_WORKFLOW: &str = r#"
+name: inert
+version: "1.0.0"
+inputs:
+  payload: {type: string, required: true}
+steps:
+  - id: argv
+    type: shell
+    command: ["printf", "%s", "${{ inputs.payload }}"]
+  - id: args
+    type: shell
+    script: 'printf "%s" "$1"'
+    args: ["${{ inputs.payload }}"]
+  - id: env
+    type: shell
+    script: 'printf "%s" "$PAYLOAD"'
+    env: {PAYLOAD: "${{ inputs.payload }}"}
+  - id: stdin
+    type: shell
+    command: ["cat"]
+    stdin: "${{ inputs.payload }}"
+  - id: insert
+    type: database
+    connection: main
+    query: "INSERT INTO items (name, secret) VALUES (?1, 'inserted')"
+    params: ["${{ inputs.payload }}"]
+  - id: lookup
+    type: database
+    connection: main
+    query: "SELECT name, secret FROM items WHERE name = ?1"
+    params: ["${{ inputs.payload }}"]
+"#;
+
+/// Hostile input values through `awl run` into argv, args, env, stdin and SQL
+/// parameters: they come out as the same bytes and run nothing.
+pub async fn hostile_inputs_stay_inert(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work = dir.path().join("work");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    // If `rm -rf ~` ever ran, it would be in this HOME, and this file would go.
+    std::fs::write(home.join("canary"), "still here").unwrap();
+    let file = work.join("inert.yaml");
+    std::fs::write(&file, INERT_WORKFLOW).unwrap();
+
+    let db = dir.path().join("db.sqlite");
+    let db_url = format!("sqlite://{}?mode=rwc", db.display());
+    let mut conn = sqlx::SqliteConnection::connect(&db_url)
+        .await
+        .expect("open db");
+    sqlx::query("CREATE TABLE items (name TEXT NOT NULL, secret TEXT NOT NULL)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO items VALUES ('alice', 'alice-secret'), ('bob', 'bob-secret')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+
+    // The check can fail: spliced into shell or SQL text, the payloads are live.
+    let control = dir.path().join("control");
+    std::fs::create_dir_all(&control).unwrap();
+    let spliced = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo \"{}\"", PAYLOADS[1]))
+        .current_dir(&control)
+        .output()
+        .unwrap();
+    assert!(spliced.status.success());
+    assert!(
+        control.join("MARKER").exists(),
+        "the payload is live in shell text"
+    );
+    let matched: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM items WHERE name = '{}'",
+        PAYLOADS[3]
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(matched, 2, "the payload is live in SQL text");
+
+    for payload in PAYLOADS {
+        let var = format!("payload={payload}");
+        let out = within(
+            LIMIT,
+            "awl run",
+            awl(&t.location)
+                .args(["run", file.to_str().unwrap(), "--var", &var])
+                .env("AWL_CONNECTION_MAIN", &db_url)
+                .env("HOME", &home)
+                .current_dir(&work)
+                .output(),
+        )
+        .await
+        .expect("run awl run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "awl run with {payload:?} failed:\n{stderr}"
+        );
+        let run_id = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("run ")?.split(':').next())
+            .unwrap_or_else(|| panic!("awl run names its run: {stderr}"))
+            .to_string();
+
+        let status: Value =
+            serde_json::from_str(&awl_ok(&t.location, &["status", &run_id, "--json"]).await)
+                .expect("status JSON");
+        assert_eq!(status["status"], "SUCCEEDED", "{status}");
+        let outputs: HashMap<String, Value> = status["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["step_id"].as_str().unwrap().to_string(),
+                    s["output"].clone(),
+                )
+            })
+            .collect();
+        for step in ["argv", "args", "env", "stdin"] {
+            assert_eq!(
+                outputs[step]["stdout"],
+                Value::String(payload.to_string()),
+                "step {step} with {payload:?}"
+            );
+        }
+        assert_eq!(outputs["insert"]["rows_affected"], 1, "{payload:?}");
+        assert_eq!(
+            outputs["lookup"]["rows"],
+            serde_json::json!([{"name": payload, "secret": "inserted"}]),
+            "only the payload's own row matches {payload:?}"
+        );
+    }
+
+    for place in [&work, &home, dir.path()] {
+        assert!(
+            !place.join("MARKER").exists(),
+            "no MARKER in {}",
+            place.display()
+        );
+    }
+    assert!(home.join("canary").exists(), "HOME is untouched");
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM items ORDER BY rowid")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    let mut expected = vec!["alice".to_string(), "bob".to_string()];
+    expected.extend(PAYLOADS.iter().map(|p| p.to_string()));
+    assert_eq!(names, expected, "the table holds the payloads as data");
+}
+
+// ---------------------------------------------------------------- 4. back-off
+
+const BACKOFF_WORKFLOW: &str = r#"
+name: backoff
+version: "1.0.0"
+steps:
+  - id: flaky
+    type: shell
+    script: 'echo "attempt $AWL_ATTEMPT"; test "$AWL_ATTEMPT" -ge 3'
+    retry: {max_attempts: 3, backoff: constant, base_seconds: 2}
+  - id: after
+    type: tool
+    tool: noop
+"#;
+
+/// A step that fails twice: each retry is due 2 s after the failure, as a due time in
+/// `run_wakeups` with nobody holding the run; a worker killed during the back-off
+/// loses nothing.
+pub async fn backoff_is_a_due_time_in_the_database(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, registered) = register(&t.store, dir.path(), "backoff.yaml", BACKOFF_WORKFLOW).await;
+    let run = start(&t.store, &registered, &[]).await;
+
+    let mut first = WorkerProcess::start(
+        &t.location,
+        dir.path(),
+        "worker-1",
+        &["--lease-seconds", "2"],
+    );
+    let mut second = None;
+    let mut observed = Vec::new();
+    for retry in 1..=2usize {
+        let due = wait_for("a retry", async || {
+            let events = events_of(&t.store, &run).await;
+            of_type(&events, "run.step_retried")
+                .nth(retry - 1)
+                .map(|p| time(&p["due_at"]))
+        })
+        .await;
+        let rows = t.store.wakeups().await.expect("read run_wakeups");
+        let read_at = Utc::now();
+        let row = rows
+            .iter()
+            .find(|(id, _, _)| *id == run)
+            .unwrap_or_else(|| panic!("the waiting run has a wake-up row: {rows:?}"));
+        // Read before the due time: the row is the whole state of the wait.
+        if read_at < due {
+            assert_eq!(
+                row.1.map(|d| d.timestamp_micros()),
+                Some(due.timestamp_micros()),
+                "the row is due when the retry is"
+            );
+            assert_eq!(row.2, None, "nobody holds the run while it waits");
+            observed.push(retry);
+        }
+        if retry == 1 {
+            // Nothing in the worker remembers the wait: kill it, start another.
+            first.sigkill().await;
+            second = Some(WorkerProcess::start(
+                &t.location,
+                dir.path(),
+                "worker-2",
+                &["--lease-seconds", "2"],
+            ));
+        }
+    }
+    assert!(
+        !observed.is_empty(),
+        "the wake-up queue was never read during a back-off"
+    );
+    let finished = wait_until_finished(&t.store, std::slice::from_ref(&run)).await;
+    let events = &finished[&run];
+    assert_eq!(
+        of_type(events, "run.completed").count(),
+        1,
+        "the run succeeded"
+    );
+    check_keys(&run, events);
+
+    let failed: Vec<&Value> = for_step(events, "run.step_failed", "flaky").collect();
+    let retried: Vec<&Value> = for_step(events, "run.step_retried", "flaky").collect();
+    assert_eq!(failed.len(), 2);
+    assert_eq!(retried.len(), 2);
+    for (i, (f, r)) in failed.iter().zip(&retried).enumerate() {
+        let attempt = i as u64 + 1;
+        assert_eq!(f["attempt"], attempt);
+        assert_eq!(r["next_attempt"], attempt + 1);
+        assert_eq!(r["backoff_ms"], 2000);
+        assert_eq!(
+            time(&r["due_at"]) - time(&f["at"]),
+            chrono::Duration::seconds(2),
+            "retry {attempt} is due 2 s after the failure"
+        );
+        let next_start = for_step(events, "run.step_started", "flaky")
+            .filter(|p| p["attempt"] == attempt + 1)
+            .map(|p| time(&p["at"]))
+            .min()
+            .expect("the next attempt started");
+        assert!(
+            next_start >= time(&r["due_at"]),
+            "attempt {} started at {next_start}, not before its due time {}",
+            attempt + 1,
+            r["due_at"]
+        );
+    }
+    assert_eq!(
+        for_step(events, "run.step_succeeded", "flaky")
+            .next()
+            .expect("flaky succeeded")["attempt"],
+        3
+    );
+    let rows = t.store.wakeups().await.unwrap();
+    assert!(
+        rows.iter().all(|(id, _, _)| *id != run),
+        "a finished run leaves the queue: {rows:?}"
+    );
+    drop(second);
+}
+
+// ---------------------------------------------------------------- 5. cancel
+
+const CANCEL_WORKFLOW: &str = r#"
+name: cancellable
+version: "1.0.0"
+inputs:
+  marker: {type: string, required: true}
+  wait: {type: string, required: true}
+steps:
+  - id: before
+    type: tool
+    tool: noop
+  - id: approval
+    if: "inputs.wait == 'gate'"
+    type: gate
+    message: "go on?"
+  - id: slow
+    if: "inputs.wait == 'slow'"
+    type: shell
+    command: ["sleep", "2"]
+  - id: after
+    type: shell
+    command: ["touch", "${{ inputs.marker }}"]
+"#;
+
+/// Cancel one run at an open gate and one inside a running step: both end CANCELLED,
+/// nothing after the cancellation runs, and their wake-up rows go.
+pub async fn a_cancelled_run_stops(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, registered) = register(&t.store, dir.path(), "cancel.yaml", CANCEL_WORKFLOW).await;
+    let _worker =
+        WorkerProcess::start(&t.location, dir.path(), "worker", &["--lease-seconds", "2"]);
+
+    for wait in ["gate", "slow"] {
+        let marker = dir.path().join(format!("after-{wait}"));
+        let run = start(
+            &t.store,
+            &registered,
+            &[("marker", marker.to_str().unwrap()), ("wait", wait)],
+        )
+        .await;
+        let waiting = if wait == "gate" {
+            "run.gate_opened"
+        } else {
+            "run.step_started"
+        };
+        wait_for("the run to wait", async || {
+            let events = events_of(&t.store, &run).await;
+            (of_type(&events, waiting).count() > 0
+                && (wait == "gate" || for_step(&events, waiting, "slow").count() > 0))
+                .then_some(())
+        })
+        .await;
+        let rows = t.store.wakeups().await.unwrap();
+        assert!(
+            rows.iter().any(|(id, _, _)| *id == run),
+            "a waiting run is in the queue: {rows:?}"
+        );
+
+        awl_ok(&t.location, &["cancel", &run, "--reason", "not today"]).await;
+        wait_for("the worker to drop the run from the queue", async || {
+            let rows = t.store.wakeups().await.unwrap();
+            rows.iter().all(|(id, _, _)| *id != run).then_some(())
+        })
+        .await;
+
+        let status: Value =
+            serde_json::from_str(&awl_ok(&t.location, &["status", &run, "--json"]).await)
+                .expect("status JSON");
+        assert_eq!(status["status"], "CANCELLED", "{status}");
+        let events = events_of(&t.store, &run).await;
+        assert_eq!(
+            events.last().map(|e| e.event_type.as_str()),
+            Some("run.cancelled"),
+            "nothing was appended after the cancellation"
+        );
+        assert_eq!(for_step(&events, "run.step_started", "after").count(), 0);
+        if wait == "gate" {
+            let gate = of_type(&events, "run.gate_opened").next().unwrap()["gate_id"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let out = awl_output(&t.location, &["approve", &gate]).await;
+            assert!(
+                !out.status.success(),
+                "a cancelled run's gate cannot be approved"
+            );
+            assert_eq!(events_of(&t.store, &run).await.len(), events.len());
+        }
+        assert!(
+            !marker.exists(),
+            "the step after the cancellation never ran"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- registration
+
+/// `postgres::NAME` and `sqlite::NAME` tests for each listed test.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::support::Backend::Postgres).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::support::Backend::Sqlite).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    a_killed_worker_loses_nothing,
+    two_workers_never_run_one_attempt_at_once,
+    hostile_inputs_stay_inert,
+    backoff_is_a_due_time_in_the_database,
+    a_cancelled_run_stops,
+);
