@@ -24,6 +24,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "run wakeups",
         include_str!("../../migrations/postgres/0003_run_wakeups.sql"),
     ),
+    (
+        4,
+        "run wakeups woken",
+        include_str!("../../migrations/postgres/0004_run_wakeups_woken.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -41,6 +46,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         3,
         "run wakeups",
         include_str!("../../migrations/sqlite/0003_run_wakeups.sql"),
+    ),
+    (
+        4,
+        "run wakeups woken",
+        include_str!("../../migrations/sqlite/0004_run_wakeups_woken.sql"),
     ),
 ];
 

@@ -9,10 +9,11 @@
 //! transaction that appends what they decided.
 //!
 //! A release must not lose a wake-up set by someone else meanwhile (an approval, a
-//! task ending): it only stores the worker's own due time if the run's stream is still
-//! at the version the worker decided on; otherwise the run is due at once. Outside
-//! writers append to the run stream and call `wake_run` in one transaction, and the
-//! log's write lock orders the two, so one of them always sees the other.
+//! task or child run ending): it only stores the worker's own due time if nobody woke
+//! the run since it was claimed (`woken`, set by [`StoreTx::wake_run`], cleared by a
+//! claim; migration 0004) and the run's stream is still at the version the worker
+//! decided on; otherwise the run is due at once. The flag is on the row the release
+//! updates, so a wake-up committed while the release waits for that row is seen too.
 
 use chrono::{DateTime, Utc};
 
@@ -48,7 +49,8 @@ impl StoreTx {
             TxConnection::Postgres(c) => sqlx::query(
                 "INSERT INTO run_wakeups (run_id, due_at) VALUES ($1, $2) \
                  ON CONFLICT (run_id) DO UPDATE SET due_at = \
-                   LEAST(COALESCE(run_wakeups.due_at, EXCLUDED.due_at), EXCLUDED.due_at)",
+                   LEAST(COALESCE(run_wakeups.due_at, EXCLUDED.due_at), EXCLUDED.due_at), \
+                   woken = true",
             )
             .bind(run_id)
             .bind(due_at)
@@ -58,7 +60,8 @@ impl StoreTx {
             TxConnection::Sqlite(c) => sqlx::query(
                 "INSERT INTO run_wakeups (run_id, due_at) VALUES (?1, ?2) \
                  ON CONFLICT (run_id) DO UPDATE SET due_at = \
-                   MIN(COALESCE(run_wakeups.due_at, excluded.due_at), excluded.due_at)",
+                   MIN(COALESCE(run_wakeups.due_at, excluded.due_at), excluded.due_at), \
+                   woken = 1",
             )
             .bind(run_id)
             .bind(micros(due_at))
@@ -69,9 +72,9 @@ impl StoreTx {
         .map_err(StoreError::db(what))
     }
 
-    /// Give back runs held by `owner`: each keeps its own due time unless its stream
-    /// moved past `version`, in which case it is due at `now`; finished runs leave the
-    /// queue.
+    /// Give back runs held by `owner`: each keeps its own due time unless it was woken
+    /// since it was claimed or its stream moved past `version`, in which case it is due
+    /// at `now`; finished runs leave the queue.
     pub async fn release_runs(
         &mut self,
         owner: &str,
@@ -99,11 +102,11 @@ impl StoreTx {
                 let versions: Vec<i64> = open.iter().map(|r| r.version).collect();
                 sqlx::query(
                     "UPDATE run_wakeups w SET \
-                       due_at = CASE WHEN COALESCE((SELECT e.version FROM events e \
+                       due_at = CASE WHEN NOT w.woken AND COALESCE((SELECT e.version FROM events e \
                                    WHERE e.stream_type = 'run' AND e.stream_id = w.run_id \
                                    ORDER BY e.version DESC LIMIT 1), 0) = r.version \
                                 THEN r.due ELSE $4 END, \
-                       lease_owner = NULL, lease_until = NULL \
+                       lease_owner = NULL, lease_until = NULL, woken = false \
                      FROM unnest($1::text[], $2::timestamptz[], $3::int8[]) AS r(run_id, due, version) \
                      WHERE w.run_id = r.run_id AND w.lease_owner = $5",
                 )
@@ -130,11 +133,11 @@ impl StoreTx {
                 for r in open {
                     sqlx::query(
                         "UPDATE run_wakeups SET \
-                           due_at = CASE WHEN COALESCE((SELECT e.version FROM events e \
+                           due_at = CASE WHEN woken = 0 AND COALESCE((SELECT e.version FROM events e \
                                        WHERE e.stream_type = 'run' AND e.stream_id = ?1 \
                                        ORDER BY e.version DESC LIMIT 1), 0) = ?3 \
                                     THEN ?2 ELSE ?4 END, \
-                           lease_owner = NULL, lease_until = NULL \
+                           lease_owner = NULL, lease_until = NULL, woken = 0 \
                          WHERE run_id = ?1 AND lease_owner = ?5",
                     )
                     .bind(&r.run_id)
@@ -171,7 +174,7 @@ impl EventStore {
                     WHERE due_at <= $3 AND (lease_until IS NULL OR lease_until < $3) \
                       AND ($5::text[] IS NULL OR run_id = ANY($5)) \
                     ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
-                 UPDATE run_wakeups w SET lease_owner = $1, lease_until = $2 \
+                 UPDATE run_wakeups w SET lease_owner = $1, lease_until = $2, woken = false \
                    FROM due WHERE w.run_id = due.run_id RETURNING w.run_id",
             )
             .bind(owner)
@@ -185,7 +188,7 @@ impl EventStore {
             Backend::Sqlite(lite) => {
                 let only = only.map(|ids| serde_json::Value::from(ids.to_vec()).to_string());
                 sqlx::query_scalar(
-                    "UPDATE run_wakeups SET lease_owner = ?1, lease_until = ?2 \
+                    "UPDATE run_wakeups SET lease_owner = ?1, lease_until = ?2, woken = 0 \
                       WHERE run_id IN ( \
                         SELECT run_id FROM run_wakeups \
                          WHERE due_at IS NOT NULL AND due_at <= ?3 \

@@ -8,7 +8,10 @@
 //! - two workers sharing one database never run the same attempt at the same time;
 //! - values from inputs reach processes and SQL as data, never as code;
 //! - a retry's back-off is a due time in `run_wakeups`, not a sleep in a worker;
-//! - a cancelled run stops and leaves the wake-up queue.
+//! - a cancelled run stops and leaves the wake-up queue;
+//! - no wake-up is lost when a worker gives back a run someone woke while it held it
+//!   (an approval, a task or child run ending): the store-level race, and a fan-out of
+//!   child workflows whose endings wake their parent.
 //!
 //! Every wait is bounded ([`LIMIT`]) and fails instead of hanging; assertions are on
 //! what the log and the queue recorded, not on how fast things happened.
@@ -18,10 +21,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use awl::domain::ids::RunId;
+use awl::domain::ids::{RunId, StepId};
 use awl::executor::{control, definitions};
-use awl::log::{RecordedEvent, StreamRef, StreamType};
-use awl::store::{EventStore, StoreLocation};
+use awl::log::{AppendRequest, ExpectedVersion, NewEvent, RecordedEvent, StreamRef, StreamType};
+use awl::store::{EventStore, Release, StoreLocation};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use sqlx::Connection;
@@ -983,6 +986,239 @@ pub async fn a_cancelled_run_stops(backend: Backend) {
     }
 }
 
+// ---------------------------------------------------------------- 6. lost wake-ups
+
+/// A worker gives a run back with nothing new to append (it decided on version 1)
+/// while someone else wakes the run: an approval (appended to the run and committed
+/// while the release waits for the wake-up row), and a task ending (another stream,
+/// committed before the release). Both wake-ups must survive the release, or the run
+/// waits forever.
+pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let run = StreamRef::new(StreamType::Run, "r-1");
+    let event = || vec![NewEvent::new("test.happened", 1, serde_json::json!({}))];
+    t.store
+        .append(AppendRequest::new(
+            run.clone(),
+            ExpectedVersion::NoStream,
+            event(),
+        ))
+        .await
+        .expect("append");
+    let now = Utc::now();
+    let mut tx = t.store.begin().await.unwrap();
+    tx.wake_run("r-1", now).await.unwrap();
+    tx.commit().await.unwrap();
+    let later = now + chrono::Duration::seconds(30);
+    let claimed = t
+        .store
+        .claim_runs("worker", now, later, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(claimed, vec!["r-1".to_string()]);
+
+    // The approval: append and wake, not yet committed.
+    let mut outside = t.store.begin().await.unwrap();
+    outside
+        .append(&[AppendRequest::new(
+            run.clone(),
+            ExpectedVersion::Exactly(1),
+            event(),
+        )])
+        .await
+        .expect("append in the outside transaction");
+    outside.wake_run("r-1", now).await.unwrap();
+
+    // The worker's release, from another pool (as another process would).
+    let worker_store = t.reopen().await;
+    let release = tokio::spawn(async move {
+        let mut tx = worker_store.begin().await?;
+        tx.release_runs(
+            "worker",
+            &[Release {
+                run_id: "r-1".into(),
+                due_at: None,
+                version: 1,
+                finished: false,
+            }],
+            now,
+        )
+        .await?;
+        tx.commit().await
+    });
+    // Let the release reach the lock it waits for.
+    match &t.location {
+        StoreLocation::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+            wait_for("the release to wait for a lock", async || {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity \
+                      WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+                (waiting > 0 || release.is_finished()).then_some(())
+            })
+            .await;
+        }
+        StoreLocation::Sqlite(_) => tokio::time::sleep(Duration::from_millis(300)).await,
+    }
+    outside.commit().await.expect("commit the approval");
+    within(LIMIT, "the release", release)
+        .await
+        .unwrap()
+        .expect("release");
+
+    let rows = t.store.wakeups().await.unwrap();
+    let row = rows.iter().find(|(id, _, _)| id == "r-1").expect("the row");
+    assert_eq!(row.2, None, "the run was given back");
+    assert!(
+        row.1.is_some(),
+        "the approval's wake-up was lost: the run is due never ({rows:?})"
+    );
+
+    // A wake-up that does not touch the run's stream (its agent task or child run
+    // ended), committed while a worker holds the run, then the worker's release.
+    t.store
+        .append(AppendRequest::new(
+            StreamRef::new(StreamType::Run, "r-2"),
+            ExpectedVersion::NoStream,
+            event(),
+        ))
+        .await
+        .expect("append");
+    let mut tx = t.store.begin().await.unwrap();
+    tx.wake_run("r-2", now).await.unwrap();
+    tx.commit().await.unwrap();
+    let only = ["r-2".to_string()];
+    let claimed = t
+        .store
+        .claim_runs("worker", now, later, 10, Some(&only))
+        .await
+        .unwrap();
+    assert_eq!(claimed, only.to_vec());
+    let mut task_ended = t.store.begin().await.unwrap();
+    task_ended
+        .append(&[AppendRequest::new(
+            StreamRef::new(StreamType::Task, "t-2"),
+            ExpectedVersion::NoStream,
+            event(),
+        )])
+        .await
+        .unwrap();
+    task_ended.wake_run("r-2", Utc::now()).await.unwrap();
+    task_ended.commit().await.unwrap();
+    let mut tx = t.store.begin().await.unwrap();
+    tx.release_runs(
+        "worker",
+        &[Release {
+            run_id: "r-2".into(),
+            due_at: None,
+            version: 1,
+            finished: false,
+        }],
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let rows = t.store.wakeups().await.unwrap();
+    let row = rows.iter().find(|(id, _, _)| id == "r-2").expect("the row");
+    assert!(
+        row.1.is_some(),
+        "the task's wake-up was lost: the run is due never ({rows:?})"
+    );
+}
+
+// ---------------------------------------------------------------- 7. fan-out wake-ups
+
+const CHILD_WORKFLOW: &str = r#"
+name: fan-child
+version: "1.0.0"
+inputs:
+  pause: {type: string, required: true}
+steps:
+  - id: work
+    type: shell
+    command: ["sleep", "${{ inputs.pause }}"]
+"#;
+
+/// Ten parents whose eight parallel branches each run a child workflow: the children
+/// end close together (10 ms apart) and each wakes its parent, often while the worker
+/// holds that parent, in the very round that decides it. Every wake-up must reach it:
+/// before `run_wakeups.woken`, a release stored "due never" over such wake-ups and
+/// parents waited forever.
+pub async fn every_child_wakes_its_parent(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("child.yaml"), CHILD_WORKFLOW).unwrap();
+    let branches: String = (0..8)
+        .map(|i| {
+            format!(
+                "      - name: b{i}\n        steps:\n          - id: child{i}\n            type: workflow\n            workflow: ./child.yaml\n            inputs: {{pause: \"0.0{i}\"}}\n"
+            )
+        })
+        .collect();
+    let yaml = format!(
+        "name: fan-out\nversion: \"1.0.0\"\nsteps:\n  - id: fan\n    type: parallel\n    branches:\n{branches}  - id: after\n    type: tool\n    tool: noop\n"
+    );
+    let (_, registered) = register(&t.store, dir.path(), "parent.yaml", &yaml).await;
+    let _worker =
+        WorkerProcess::start(&t.location, dir.path(), "worker", &["--lease-seconds", "2"]);
+    let mut parents = Vec::new();
+    for _ in 0..10 {
+        parents.push(start(&t.store, &registered, &[]).await);
+    }
+    let finished = tokio::time::timeout(Duration::from_secs(LIMIT), async {
+        loop {
+            let all = events_of_all(&t.store, &parents).await;
+            if all.values().all(|e| is_finished(e)) {
+                return all;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    // A parent still waiting: are its children all done (it was never told)?
+    let all = events_of_all(&t.store, &parents).await;
+    let mut stuck = Vec::new();
+    for (parent, events) in &all {
+        if is_finished(events) {
+            continue;
+        }
+        let id: RunId = parent.parse().unwrap();
+        let children: Vec<String> = (0..8)
+            .map(|i| {
+                let step = StepId::try_from(format!("child{i}").as_str()).unwrap();
+                awl::engine::child_run_id(id, &step, 1).to_string()
+            })
+            .collect();
+        let ended = events_of_all(&t.store, &children)
+            .await
+            .values()
+            .filter(|e| is_finished(e))
+            .count();
+        stuck.push(format!("{parent}: {ended} of 8 children ended"));
+    }
+    let rows = t.store.wakeups().await.unwrap();
+    assert!(
+        finished.is_ok(),
+        "parents left waiting: {stuck:?}; wake-up queue: {rows:?}"
+    );
+    for (run, events) in &all {
+        assert_eq!(of_type(events, "run.completed").count(), 1, "run {run}");
+        for i in 0..8 {
+            let step = format!("child{i}");
+            assert_eq!(
+                for_step(events, "run.step_succeeded", &step).count(),
+                1,
+                "run {run}: {step}"
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------- registration
 
 /// `postgres::NAME` and `sqlite::NAME` tests for each listed test.
@@ -1013,4 +1249,6 @@ on_both!(
     hostile_inputs_stay_inert,
     backoff_is_a_due_time_in_the_database,
     a_cancelled_run_stops,
+    a_release_keeps_a_concurrent_wake_up,
+    every_child_wakes_its_parent,
 );

@@ -5,7 +5,8 @@
 //! both databases.
 //! `examples` runs every workflow in `workflows/` through the `awl` binary on both
 //! stores. `executor` checks the executor's guarantees (crash recovery, leases, inert
-//! inputs, back-off, cancellation) with `awl worker` child processes on both stores.
+//! inputs, back-off, cancellation, no lost wake-ups) with `awl worker` child processes
+//! on both stores.
 //! Postgres is found through `AWL_TEST_DATABASE_URL` or `DATABASE_URL` (an admin
 //! URL; each test creates and drops its own database), defaulting to
 //! `postgres://postgres@127.0.0.1:5432/postgres`. `scripts/test` provides one.
