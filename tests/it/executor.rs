@@ -261,10 +261,10 @@ steps:
     if: "inputs.kind == 'slow'"
     type: shell
     script: |
-      echo "start $AWL_IDEMPOTENCY_KEY" >> "$1"
+      echo "start $AWL_IDEMPOTENCY_KEY/$AWL_ATTEMPT" >> "$1"
       sleep 3
-      echo "done $AWL_IDEMPOTENCY_KEY" >> "$1"
-      printf '%s' "$AWL_IDEMPOTENCY_KEY"
+      echo "done $AWL_IDEMPOTENCY_KEY/$AWL_ATTEMPT" >> "$1"
+      printf '%s' "$AWL_IDEMPOTENCY_KEY/$AWL_ATTEMPT"
     args: ["${{ inputs.record }}"]
   - id: after
     type: shell
@@ -452,9 +452,9 @@ pub async fn a_killed_worker_loses_nothing(backend: Backend) {
 // ---------------------------------------------------------------- 2. no overlap
 
 fn journal_script() -> &'static str {
-    r#"echo "start $AWL_IDEMPOTENCY_KEY $$ $PPID $(date +%s%N)" >> "$1"
+    r#"echo "start $AWL_IDEMPOTENCY_KEY/$AWL_ATTEMPT $$ $PPID $(date +%s%N)" >> "$1"
 sleep "$2"
-echo "end $AWL_IDEMPOTENCY_KEY $$ $PPID $(date +%s%N)" >> "$1"
+echo "end $AWL_IDEMPOTENCY_KEY/$AWL_ATTEMPT $$ $PPID $(date +%s%N)" >> "$1"
 "#
 }
 
