@@ -4,6 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use serde_json::Value;
+
 use crate::domain::ids::RunId;
 use crate::engine::{Done, Failure, Work};
 use crate::runners::{Attempt, Runners, StepFailure, StepSuccess};
@@ -60,10 +62,59 @@ async fn one(runners: &Runners, attempt: &Attempt<'_>, work: &Work) -> Result<Do
 }
 
 fn done(success: StepSuccess) -> Done {
+    let (cost_usd, tokens) = reported_cost(&success.output);
     Done {
+        cost_usd: success.cost_usd.or(cost_usd),
+        tokens: success.tokens.or(tokens),
         output: success.output,
-        cost_usd: success.cost_usd,
-        tokens: success.tokens,
+    }
+}
+
+/// What a step says it cost, in its output: `cost_usd` and `tokens` at the top of a
+/// JSON result, of a shell step's JSON stdout (`json`), or of an HTTP response's JSON
+/// body (`body`). Budgets are charged from these.
+pub(crate) fn reported_cost(output: &Value) -> (Option<f64>, Option<u64>) {
+    for place in [Some(output), output.get("json"), output.get("body")]
+        .into_iter()
+        .flatten()
+    {
+        let usd = place
+            .get("cost_usd")
+            .and_then(Value::as_f64)
+            .filter(|c| c.is_finite() && *c >= 0.0);
+        let tokens = place.get("tokens").and_then(Value::as_u64);
+        if usd.is_some() || tokens.is_some() {
+            return (usd, tokens);
+        }
+    }
+    (None, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn costs_are_read_where_steps_report_them() {
+        assert_eq!(
+            reported_cost(&json!({"cost_usd": 0.5, "tokens": 10})),
+            (Some(0.5), Some(10))
+        );
+        assert_eq!(
+            reported_cost(&json!({"stdout": "...", "json": {"cost_usd": 0.25}})),
+            (Some(0.25), None)
+        );
+        assert_eq!(
+            reported_cost(&json!({"status": 200, "body": {"tokens": 7}})),
+            (None, Some(7))
+        );
+        assert_eq!(
+            reported_cost(&json!({"cost_usd": -1.0})),
+            (None, None),
+            "a negative cost is ignored"
+        );
+        assert_eq!(reported_cost(&json!("text")), (None, None));
     }
 }
 

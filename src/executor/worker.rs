@@ -874,10 +874,15 @@ fn queue_task(
 /// How an agent step's task ended, if it did.
 fn task_result(task: &Task) -> Option<Result<Done, Failure>> {
     match task.ending()? {
-        TaskEnding::Completed { .. } => Some(Ok(Done {
-            output: task.result().cloned().unwrap_or(Value::Null),
-            ..Done::default()
-        })),
+        TaskEnding::Completed { .. } => {
+            let output = task.result().cloned().unwrap_or(Value::Null);
+            let (cost_usd, tokens) = perform::reported_cost(&output);
+            Some(Ok(Done {
+                output,
+                cost_usd,
+                tokens,
+            }))
+        }
         TaskEnding::Failed {
             reason,
             error_class,

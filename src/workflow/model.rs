@@ -37,7 +37,10 @@ pub struct Workflow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub timeout_seconds: Option<u64>,
-    /// Steps report their cost; the run stops (or escalates) before going over this.
+    /// The run stops (or, with a `budget` handler that escalates, asks a person)
+    /// once its cost goes over this. Steps report cost as `cost_usd` and `tokens` in
+    /// their JSON result: a shell step's JSON stdout, an HTTP step's JSON body, an
+    /// agent's task result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub cost_budget_usd: Option<f64>,

@@ -1219,6 +1219,58 @@ pub async fn every_child_wakes_its_parent(backend: Backend) {
     }
 }
 
+// ---------------------------------------------------------------- budgets
+
+/// Steps report their cost in their output; a run that goes over its budget stops
+/// before its next step and fails with class `budget`.
+pub async fn a_run_over_budget_stops(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("budget.awl.yaml");
+    std::fs::write(
+        &path,
+        r#"
+name: thrifty
+version: "1.0.0"
+cost_budget_usd: 1.0
+steps:
+  - id: think
+    type: shell
+    command: [echo, '{"cost_usd": 0.6, "tokens": 1200}']
+  - id: think_again
+    type: shell
+    command: [echo, '{"cost_usd": 0.6, "tokens": 1300}']
+  - id: never
+    tool: noop
+"#,
+    )
+    .expect("write");
+    let out = awl_output(&t.location, &["run", path.to_str().unwrap()]).await;
+    assert!(!out.status.success(), "a run over budget fails");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("(budget)") && err.contains("over its budget"),
+        "{err}"
+    );
+    let listed = awl_ok(&t.location, &["list", "--json"]).await;
+    let run: Value = serde_json::from_str(listed.lines().next().expect("one run")).unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    assert_eq!(run["cost_usd"], 1.2);
+    let events = events_of(&t.store, &run_id).await;
+    let charged: Vec<f64> = of_type(&events, "run.cost_charged")
+        .map(|p| p["usd"].as_f64().unwrap())
+        .collect();
+    assert_eq!(charged, vec![0.6, 0.6]);
+    assert_eq!(of_type(&events, "run.budget_exceeded").count(), 1);
+    assert_eq!(
+        for_step(&events, "run.step_started", "never").count(),
+        0,
+        "nothing ran past the budget"
+    );
+    let failed = of_type(&events, "run.failed").next().expect("run.failed");
+    assert_eq!(failed["error_class"], "budget");
+}
+
 // ---------------------------------------------------------------- registration
 
 /// `postgres::NAME` and `sqlite::NAME` tests for each listed test.
@@ -1251,4 +1303,5 @@ on_both!(
     a_cancelled_run_stops,
     a_release_keeps_a_concurrent_wake_up,
     every_child_wakes_its_parent,
+    a_run_over_budget_stops,
 );
