@@ -90,6 +90,13 @@ pub(crate) fn reported_cost(output: &Value) -> (Option<f64>, Option<u64>) {
     (None, None)
 }
 
+fn failure(failure: StepFailure) -> Failure {
+    Failure {
+        class: failure.class,
+        message: failure.message,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,12 +122,5 @@ mod tests {
             "a negative cost is ignored"
         );
         assert_eq!(reported_cost(&json!("text")), (None, None));
-    }
-}
-
-fn failure(failure: StepFailure) -> Failure {
-    Failure {
-        class: failure.class,
-        message: failure.message,
     }
 }
