@@ -1271,6 +1271,91 @@ steps:
     assert_eq!(failed["error_class"], "budget");
 }
 
+// ---------------------------------------------------------------- http and notify
+
+/// `http` and `notify` steps through a run: a local server answers the request and
+/// records the webhook; the outputs flow into later steps.
+pub async fn http_and_notify_steps_run_against_a_server(backend: Backend) {
+    use axum::Json;
+    use axum::routing::{get, post};
+    use std::sync::{Arc, Mutex};
+
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let recorder = received.clone();
+    let app = axum::Router::new()
+        .route(
+            "/version",
+            get(|| async { Json(serde_json::json!({"version": "2.4.0", "cost_usd": 0.01})) }),
+        )
+        .route(
+            "/hook",
+            post(move |Json(body): Json<Value>| {
+                let recorder = recorder.clone();
+                async move {
+                    recorder.lock().unwrap().push(body);
+                    "ok"
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("web.awl.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+name: web
+version: "1.0.0"
+inputs:
+  base: {{type: string, required: true}}
+steps:
+  - id: ask
+    type: http
+    url: "${{{{ inputs.base }}}}/version"
+  - id: tell
+    type: notify
+    url: "${{{{ inputs.base }}}}/hook"
+    message: "deployed ${{{{ steps.ask.outputs.body.version }}}}"
+    mentions: [ops]
+outputs:
+  version: "${{{{ steps.ask.outputs.body.version }}}}"
+  status: "${{{{ steps.ask.outputs.status }}}}"
+"#
+        ),
+    )
+    .expect("write");
+    let var = format!("base={base}");
+    let out = awl_output(&t.location, &["run", path.to_str().unwrap(), "--var", &var]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let outputs: Value = serde_json::from_slice(&out.stdout).expect("outputs as JSON");
+    assert_eq!(
+        outputs,
+        serde_json::json!({"version": "2.4.0", "status": 200})
+    );
+    let hooks = received.lock().unwrap().clone();
+    assert_eq!(hooks.len(), 1, "the webhook was called once");
+    let text = hooks[0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("deployed 2.4.0") && text.contains("@ops"),
+        "{}",
+        hooks[0]
+    );
+    assert_eq!(
+        hooks[0]["text"], hooks[0]["content"],
+        "Slack and Discord shapes"
+    );
+}
+
 // ---------------------------------------------------------------- registration
 
 /// `postgres::NAME` and `sqlite::NAME` tests for each listed test.
@@ -1304,4 +1389,5 @@ on_both!(
     a_release_keeps_a_concurrent_wake_up,
     every_child_wakes_its_parent,
     a_run_over_budget_stops,
+    http_and_notify_steps_run_against_a_server,
 );
