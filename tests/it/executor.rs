@@ -1308,26 +1308,24 @@ pub async fn http_and_notify_steps_run_against_a_server(backend: Backend) {
     let path = dir.path().join("web.awl.yaml");
     std::fs::write(
         &path,
-        format!(
-            r#"
+        r#"
 name: web
 version: "1.0.0"
 inputs:
-  base: {{type: string, required: true}}
+  base: {type: string, required: true}
 steps:
   - id: ask
     type: http
-    url: "${{{{ inputs.base }}}}/version"
+    url: "${{ inputs.base }}/version"
   - id: tell
     type: notify
-    url: "${{{{ inputs.base }}}}/hook"
-    message: "deployed ${{{{ steps.ask.outputs.body.version }}}}"
+    url: "${{ inputs.base }}/hook"
+    message: "deployed ${{ steps.ask.outputs.body.version }}"
     mentions: [ops]
 outputs:
-  version: "${{{{ steps.ask.outputs.body.version }}}}"
-  status: "${{{{ steps.ask.outputs.status }}}}"
-"#
-        ),
+  version: "${{ steps.ask.outputs.body.version }}"
+  status: "${{ steps.ask.outputs.status }}"
+"#,
     )
     .expect("write");
     let var = format!("base={base}");
