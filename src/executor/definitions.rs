@@ -181,11 +181,9 @@ pub async fn register(
             by: by.to_string(),
             at: now,
         };
-        let events = state.decide(command).map_err(|e| {
-            ExecError::Refused(format!(
-                "{e}. Change `version` in the file to register a new version."
-            ))
-        })?;
+        let events = state
+            .decide(command)
+            .map_err(|e| ExecError::Refused(e.to_string()))?;
         if events.is_empty() {
             break;
         }
