@@ -104,6 +104,25 @@ enum Report {
     Compensation(CompensationOutcome, String),
 }
 
+/// A `workflow` step's child run, ready to start.
+struct ChildStart {
+    run_id: crate::domain::ids::RunId,
+    step_id: crate::domain::ids::StepId,
+    definition: Arc<Workflow>,
+    version: String,
+    inputs: serde_json::Map<String, Value>,
+}
+
+/// Give a run back to be tried again in a minute (it could not be loaded or decided).
+fn retry_later(run_id: &str, version: i64, now: DateTime<Utc>) -> Release {
+    Release {
+        run_id: run_id.to_string(),
+        due_at: Some(now + chrono::Duration::minutes(1)),
+        version,
+        finished: false,
+    }
+}
+
 /// A worker: cheap to clone, run with [`Worker::run`].
 #[derive(Clone)]
 pub struct Worker {
@@ -119,6 +138,8 @@ struct Decided {
     run_id: String,
     events: Vec<crate::domain::run::RunEvent>,
     effects: Vec<Effect>,
+    /// Child runs to start, their definitions and inputs already resolved.
+    children: Vec<ChildStart>,
     wake_at: Option<DateTime<Utc>>,
     state: Run,
     /// Outcomes of pure tools not yet decided on (the round's cap was reached): the
@@ -146,6 +167,7 @@ impl Worker {
         let mut wake = self.store.subscribe();
         let mut last_renew = tokio::time::Instant::now();
         let mut stopping = false;
+        let mut stopping_since = None;
         let mut failures = 0u32;
         loop {
             while let Ok((run_id, report)) = done_rx.try_recv() {
@@ -172,9 +194,17 @@ impl Worker {
                 self.renew(&mut held).await;
                 last_renew = tokio::time::Instant::now();
             }
-            if stopping && held.values().all(|h| h.in_flight.is_empty()) {
-                self.release_all(&mut held).await?;
-                return Ok(());
+            if stopping {
+                let since = *stopping_since.get_or_insert_with(tokio::time::Instant::now);
+                // Work in flight gets up to a lease's time to finish and be recorded;
+                // what is still running then is given back and started again by the
+                // next holder (at least once).
+                if held.values().all(|h| h.in_flight.is_empty())
+                    || since.elapsed() >= self.config.lease
+                {
+                    self.release_all(&mut held).await?;
+                    return Ok(());
+                }
             }
             if self.config.exit_when_done && self.only_runs_finished(&held).await? {
                 return Ok(());
@@ -212,21 +242,30 @@ impl Worker {
             return Ok(false);
         }
         let mut decided = Vec::with_capacity(dirty.len());
+        let mut refused = Vec::new();
         for run_id in &dirty {
             let Some(h) = held.get_mut(run_id) else {
                 continue;
             };
             h.dirty = false;
-            let external = self.external_outcomes(run_id, h).await?;
+            let external = self.external_outcomes(h).await?;
             h.outcomes.extend(external);
             match self.decide(run_id, h, now).await {
                 Ok(d) => decided.push(d),
                 Err(e) => {
-                    tracing::error!(run = %run_id, error = %e, "cannot decide for run; leaving it for later");
+                    // A bug or a definition the run does not fit: give the run back
+                    // to be tried again later rather than hold it forever.
+                    tracing::error!(run = %run_id, error = %e, "cannot decide for run; retrying in a minute");
+                    if h.in_flight.is_empty() {
+                        refused.push(retry_later(run_id, h.version, now));
+                    }
                 }
             }
         }
-        self.commit(held, decided, done_tx, now).await?;
+        for r in &refused {
+            held.remove(&r.run_id);
+        }
+        self.commit(held, decided, refused, done_tx, now).await?;
         Ok(true)
     }
 
@@ -274,15 +313,11 @@ impl Worker {
                 }
                 Err(e) => {
                     tracing::error!(run = %run_id, error = %e, "cannot load run; retrying in a minute");
+                    let version = events.last().map_or(0, |e| e.version);
                     let mut tx = self.store.begin().await?;
                     tx.release_runs(
                         &self.config.owner,
-                        &[Release {
-                            run_id: run_id.clone(),
-                            due_at: Some(now + chrono::Duration::minutes(1)),
-                            version: events.last().map_or(0, |e| e.version),
-                            finished: false,
-                        }],
+                        &[retry_later(&run_id, version, now)],
                         now,
                     )
                     .await?;
@@ -309,53 +344,66 @@ impl Worker {
         Ok((run, version, definition))
     }
 
-    /// Outcomes of waiting `agent` and `workflow` steps whose task or child run ended.
-    async fn external_outcomes(
-        &self,
-        run_id: &str,
-        h: &Held,
-    ) -> Result<Vec<StepOutcome>, ExecError> {
+    /// Outcomes of waiting `agent` and `workflow` steps whose task or child run ended
+    /// (the tasks and the child runs each read in one query).
+    async fn external_outcomes(&self, h: &Held) -> Result<Vec<StepOutcome>, ExecError> {
         let Some(id) = h.run.id() else {
             return Ok(Vec::new());
         };
-        let mut found = Vec::new();
+        let mut tasks = Vec::new();
+        let mut children = Vec::new();
         for (step_id, state) in h.run.running_steps() {
             let StepState::Running { attempt, .. } = state else {
                 continue;
             };
-            let Some(step) = engine::find_step(&h.definition, step_id.as_str()) else {
-                continue;
-            };
-            let result = match &step.kind {
-                StepKind::Agent(_) => {
-                    let task_id = engine::task_id(id, step_id, *attempt);
-                    let (task, _) = domain_io::load::<Task>(
-                        &self.store,
-                        &StreamRef::new(StreamType::Task, task_id.to_string()),
-                    )
-                    .await?;
-                    task_result(&task)
-                }
-                StepKind::Workflow(_) => {
-                    let child = engine::child_run_id(id, step_id, *attempt);
-                    let (child, _) = domain_io::load::<Run>(
-                        &self.store,
-                        &StreamRef::new(StreamType::Run, child.to_string()),
-                    )
-                    .await?;
-                    child_result(&child)
-                }
-                _ => None,
-            };
-            if let Some(result) = result {
-                found.push(StepOutcome {
-                    step_id: step_id.clone(),
-                    attempt: *attempt,
-                    result,
-                });
+            match engine::find_step(&h.definition, step_id.as_str()).map(|s| &s.kind) {
+                Some(StepKind::Agent(_)) => tasks.push((
+                    step_id.clone(),
+                    *attempt,
+                    engine::task_id(id, step_id, *attempt).to_string(),
+                )),
+                Some(StepKind::Workflow(_)) => children.push((
+                    step_id.clone(),
+                    *attempt,
+                    engine::child_run_id(id, step_id, *attempt).to_string(),
+                )),
+                _ => {}
             }
         }
-        let _ = run_id;
+        let mut found = Vec::new();
+        if !tasks.is_empty() {
+            let ids: Vec<String> = tasks.iter().map(|(_, _, t)| t.clone()).collect();
+            let streams = self.store.read_streams(StreamType::Task, &ids).await?;
+            for (step_id, attempt, task_id) in tasks {
+                let events = streams.get(&task_id).map(Vec::as_slice).unwrap_or_default();
+                let (task, _) = domain_io::fold::<Task>(events)?;
+                if let Some(result) = task_result(&task) {
+                    found.push(StepOutcome {
+                        step_id,
+                        attempt,
+                        result,
+                    });
+                }
+            }
+        }
+        if !children.is_empty() {
+            let ids: Vec<String> = children.iter().map(|(_, _, c)| c.clone()).collect();
+            let streams = self.store.read_streams(StreamType::Run, &ids).await?;
+            for (step_id, attempt, child_id) in children {
+                let events = streams
+                    .get(&child_id)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                let (child, _) = domain_io::fold::<Run>(events)?;
+                if let Some(result) = child_result(&child) {
+                    found.push(StepOutcome {
+                        step_id,
+                        attempt,
+                        result,
+                    });
+                }
+            }
+        }
         Ok(found)
     }
 
@@ -371,6 +419,7 @@ impl Worker {
         let mut outcomes = std::mem::take(&mut h.outcomes);
         let mut compensations = std::mem::take(&mut h.compensations);
         let mut kept = Vec::new();
+        let mut children = Vec::new();
         // Work decided by an earlier tick of this round is as good as in flight: a later
         // tick must not take its attempt for one a dead worker left behind.
         let mut in_flight = h.in_flight.clone();
@@ -394,6 +443,7 @@ impl Worker {
                         ref work,
                         ref step_id,
                         attempt,
+                        before: None,
                         ..
                     } if perform::is_pure(work) => {
                         let run_id = state.id().unwrap_or_default();
@@ -418,9 +468,15 @@ impl Worker {
                         attempt,
                         ref workflow,
                         ref inputs,
-                        ..
+                        run_id: child,
                     } => match self.child_definition(workflow, inputs).await {
-                        Ok(_) => kept.push(effect),
+                        Ok((definition, version, inputs)) => children.push(ChildStart {
+                            run_id: child,
+                            step_id: step_id.clone(),
+                            definition,
+                            version,
+                            inputs,
+                        }),
                         Err(message) => {
                             outcomes.push(StepOutcome {
                                 step_id: step_id.clone(),
@@ -450,6 +506,7 @@ impl Worker {
             run_id: run_id.to_string(),
             events,
             effects: kept,
+            children,
             wake_at,
             state,
             pending: outcomes,
@@ -480,6 +537,7 @@ impl Worker {
         &self,
         held: &mut HashMap<String, Held>,
         decided: Vec<Decided>,
+        refused: Vec<Release>,
         done_tx: &mpsc::UnboundedSender<(String, Report)>,
         now: DateTime<Utc>,
     ) -> Result<(), ExecError> {
@@ -526,44 +584,36 @@ impl Worker {
                             side.push(request);
                         }
                     }
-                    Effect::StartChild {
-                        run_id,
-                        step_id,
-                        workflow,
-                        inputs,
-                        ..
-                    } => {
-                        if let Ok((definition, version, inputs)) =
-                            self.child_definition(workflow, inputs).await
-                        {
-                            let parent = ParentRef {
-                                run_id: d.state.id().unwrap_or_default(),
-                                step_id: step_id.clone(),
-                            };
-                            let command = engine::start_command(
-                                &definition,
-                                &version,
-                                *run_id,
-                                inputs,
-                                Some(parent),
-                                now,
-                            )
-                            .map_err(|e| ExecError::Refused(e.to_string()))?;
-                            let events = Run::default()
-                                .decide(command)
-                                .map_err(|e| ExecError::Refused(e.to_string()))?;
-                            let stream = StreamRef::new(StreamType::Run, run_id.to_string());
-                            side.push(domain_io::append_request(&stream, 0, &events, &actor)?);
-                            wake.push(run_id.to_string());
-                            if let Some(only) = &self.config.only
-                                && let Ok(mut set) = only.lock()
-                            {
-                                set.insert(run_id.to_string());
-                            }
-                        }
-                    }
                     Effect::WakeParent(parent) => wake.push(parent.run_id.to_string()),
                     _ => {}
+                }
+            }
+        }
+        for d in decided.iter().filter(|d| !conflicted.contains(&d.run_id)) {
+            for child in &d.children {
+                let parent = ParentRef {
+                    run_id: d.state.id().unwrap_or_default(),
+                    step_id: child.step_id.clone(),
+                };
+                let command = engine::start_command(
+                    &child.definition,
+                    &child.version,
+                    child.run_id,
+                    child.inputs.clone(),
+                    Some(parent),
+                    now,
+                )
+                .map_err(|e| ExecError::Refused(e.to_string()))?;
+                let events = Run::default()
+                    .decide(command)
+                    .map_err(|e| ExecError::Refused(e.to_string()))?;
+                let stream = StreamRef::new(StreamType::Run, child.run_id.to_string());
+                side.push(domain_io::append_request(&stream, 0, &events, &actor)?);
+                wake.push(child.run_id.to_string());
+                if let Some(only) = &self.config.only
+                    && let Ok(mut set) = only.lock()
+                {
+                    set.insert(child.run_id.to_string());
                 }
             }
         }
@@ -579,7 +629,7 @@ impl Worker {
             tx.wake_run(run_id, now).await?;
         }
         // Give back every run with nothing in flight after this round.
-        let mut releases = Vec::new();
+        let mut releases = refused;
         for d in &decided {
             if conflicted.contains(&d.run_id) {
                 continue;
