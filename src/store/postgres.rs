@@ -241,6 +241,13 @@ pub(crate) async fn append_in(
     }
     if !sent.is_empty() {
         let rows = call_append(conn, requests, &sent, atomicity).await?;
+        if rows.len() != sent.len() {
+            return Err(unexpected(format!(
+                "awl_append() answered {} rows for {} requests",
+                rows.len(),
+                sent.len()
+            )));
+        }
         for (&i, row) in sent.iter().zip(rows) {
             let request = requests[i];
             results[i] = Some(if row.ok {
@@ -258,10 +265,16 @@ pub(crate) async fn append_in(
             });
         }
     }
-    Ok(results
+    // Every slot is filled: refused before the call, or answered by it.
+    results
         .into_iter()
-        .map(|r| r.unwrap_or(Err(StoreError::Closed)))
-        .collect())
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| unexpected("a request was left without an answer".into()))
+}
+
+/// The database answered something awl_append() never does.
+fn unexpected(what: String) -> StoreError {
+    StoreError::db("appending events")(sqlx::Error::Protocol(what))
 }
 
 struct AppendRow {
@@ -293,9 +306,10 @@ async fn call_append(
     let mut metadata = Vec::with_capacity(n);
     for (r, request) in sent_requests.iter().enumerate() {
         // `streams` is sorted and distinct: find each request's stream by search.
+        // `streams` holds every sent request's stream, sorted: this search succeeds.
         let stream = streams
             .binary_search(&&request.stream)
-            .map_err(|_| StoreError::Closed)?;
+            .map_err(|_| unexpected(format!("{} is missing from its batch", request.stream)))?;
         req_streams.push(stream as i32 + 1);
         expected.push(match request.expected {
             ExpectedVersion::Any => None,
