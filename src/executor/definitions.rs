@@ -2,10 +2,10 @@
 //! names) as a version of the `workflow` stream, and loading a registered version for
 //! the engine.
 //!
-//! A worker may run on another machine than the file: what a definition needs from
-//! its file's place is fixed at registration. Sub-workflow paths become `name@version`
-//! references to the registered child, and a shell step's working directory becomes
-//! absolute (the file's folder when it names none).
+//! A worker may run on another machine than the file: sub-workflow paths become
+//! `name@version` references to the registered child at registration. Nothing else
+//! about the file's place goes into the definition, so the same file registered from
+//! two checkouts is the same version (shell steps run in the worker's directory).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -76,34 +76,20 @@ async fn register_inner(
         let Some(step) = json.pointer_mut(&pointer).and_then(Value::as_object_mut) else {
             continue;
         };
-        match step.get("type").and_then(Value::as_str) {
-            Some("workflow") => {
-                let target = step
-                    .get("workflow")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                if target.ends_with(".yaml") || target.ends_with(".yml") || target.contains('/') {
-                    let child =
-                        Box::pin(register_inner(store, &base.join(target), by, now, visiting))
-                            .await?;
-                    step.insert(
-                        "workflow".into(),
-                        Value::String(format!("{}@{}", child.name, child.version)),
-                    );
-                }
-            }
-            Some("shell") => {
-                let dir = match step.get("working_dir").and_then(Value::as_str) {
-                    Some(d) if !d.contains("${{") => base.join(d),
-                    Some(_) => continue,
-                    None => base.clone(),
-                };
-                step.insert(
-                    "working_dir".into(),
-                    Value::String(dir.display().to_string()),
-                );
-            }
-            _ => {}
+        if step.get("type").and_then(Value::as_str) != Some("workflow") {
+            continue;
+        }
+        let target = step
+            .get("workflow")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if target.ends_with(".yaml") || target.ends_with(".yml") || target.contains('/') {
+            let child =
+                Box::pin(register_inner(store, &base.join(target), by, now, visiting)).await?;
+            step.insert(
+                "workflow".into(),
+                Value::String(format!("{}@{}", child.name, child.version)),
+            );
         }
     }
     visiting.remove(&canonical);
@@ -268,5 +254,76 @@ impl Definitions {
         })?;
         let version = latest.version.to_string();
         Ok((self.get(store, reference, &version).await?, version))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{StoreLocation, StoreOptions};
+
+    const PARENT: &str = "name: parent\nversion: \"1.0.0\"\nsteps:\n  - {id: go, type: shell, command: [\"true\"]}\n  - {id: sub, type: workflow, workflow: ./child.awl.yaml}\n";
+    const CHILD: &str = "name: child\nversion: \"2.0.0\"\nsteps: [{id: x, tool: noop}]\n";
+
+    fn checkout(dir: &Path) -> PathBuf {
+        std::fs::write(dir.join("parent.awl.yaml"), PARENT).unwrap();
+        std::fs::write(dir.join("child.awl.yaml"), CHILD).unwrap();
+        dir.join("parent.awl.yaml")
+    }
+
+    #[tokio::test]
+    async fn a_file_registers_the_same_version_from_any_folder() {
+        let db = tempfile::tempdir().unwrap();
+        let store = EventStore::open(
+            &StoreLocation::sqlite(db.path().join("awl.db")),
+            StoreOptions::default(),
+        )
+        .await
+        .unwrap();
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let first = register_file(&store, &checkout(a.path()), "ada", Utc::now())
+            .await
+            .unwrap();
+        let second = register_file(&store, &checkout(b.path()), "bob", Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(first.content_hash, second.content_hash);
+        // The sub-workflow path became a reference to the registered child.
+        let definitions = Definitions::default();
+        let parent = definitions.get(&store, "parent", "1.0.0").await.unwrap();
+        let sub = serde_json::to_value(&parent.steps[1]).unwrap();
+        assert_eq!(sub["workflow"], "child@2.0.0");
+        // One version event per workflow: the second registration changed nothing.
+        let events = store
+            .read_page(0, 100, &crate::log::EventFilter::default())
+            .await
+            .unwrap()
+            .0;
+        let registered: Vec<&str> = events.iter().map(|e| e.stream.id.as_str()).collect();
+        assert_eq!(registered, vec!["child", "parent"]);
+    }
+
+    #[tokio::test]
+    async fn a_workflow_that_includes_itself_is_refused() {
+        let db = tempfile::tempdir().unwrap();
+        let store = EventStore::open(
+            &StoreLocation::sqlite(db.path().join("awl.db")),
+            StoreOptions::default(),
+        )
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("loop.awl.yaml");
+        std::fs::write(
+            &path,
+            "name: loop\nversion: \"1.0.0\"\nsteps: [{id: again, type: workflow, workflow: ./loop.awl.yaml}]\n",
+        )
+        .unwrap();
+        match register_file(&store, &path, "ada", Utc::now()).await {
+            Err(ExecError::Invalid(d)) => {
+                assert!(d.to_string().contains("includes itself"), "{d}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
     }
 }
