@@ -441,31 +441,50 @@ pub struct ListArgs {
 
 /// Every run, folded from the log (newest first). The runs projection replaces this
 /// scan once projections exist.
-async fn all_runs(store: &EventStore) -> anyhow::Result<Vec<Run>> {
+async fn all_runs(
+    store: &EventStore,
+    workflow: Option<&str>,
+    status: Option<&str>,
+    limit: usize,
+) -> anyhow::Result<Vec<Run>> {
     let filter = EventFilter {
         stream_types: vec![StreamType::Run],
         event_types: vec!["run.started".into()],
         ..EventFilter::default()
     };
+    // The workflow is in the start event: filter before reading any run.
     let mut ids = Vec::new();
     let mut after = 0;
     loop {
         let (events, scanned) = store.read_page(after, 1_000, &filter).await?;
-        ids.extend(events.into_iter().map(|e| e.stream.id));
+        ids.extend(
+            events
+                .into_iter()
+                .filter(|e| workflow.is_none_or(|w| e.payload["workflow"] == w))
+                .map(|e| e.stream.id),
+        );
         if scanned == after {
             break;
         }
         after = scanned;
     }
-    let mut runs = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(500) {
+    ids.reverse();
+    // Newest first; only the status needs the whole stream, so without one only the
+    // `limit` newest runs are read.
+    let mut runs = Vec::new();
+    for chunk in ids.chunks(limit.clamp(1, 500)) {
         let streams = store.read_streams(StreamType::Run, chunk).await?;
         for id in chunk {
             let events = streams.get(id).map(Vec::as_slice).unwrap_or_default();
-            runs.push(domain_io::fold::<Run>(events)?.0);
+            let run = domain_io::fold::<Run>(events)?.0;
+            if status.is_none_or(|s| run.status().is_some_and(|st| st.as_str() == s)) {
+                runs.push(run);
+                if runs.len() == limit {
+                    return Ok(runs);
+                }
+            }
         }
     }
-    runs.reverse();
     Ok(runs)
 }
 
@@ -495,21 +514,20 @@ fn run_json(run: &Run) -> Value {
 
 pub async fn list(store: EventStore, args: ListArgs) -> anyhow::Result<()> {
     let wanted = args.status.as_deref().map(str::to_ascii_uppercase);
-    let runs: Vec<Run> = all_runs(&store)
-        .await?
-        .into_iter()
-        .filter(|r| {
-            wanted
-                .as_deref()
-                .is_none_or(|s| r.status().is_some_and(|st| st.as_str() == s))
-        })
-        .filter(|r| {
-            args.workflow
-                .as_deref()
-                .is_none_or(|w| r.workflow().is_some_and(|n| n.as_str() == w))
-        })
-        .take(args.limit)
-        .collect();
+    if let Some(s) = &wanted
+        && !RunStatus::ALL.iter().any(|st| st.as_str() == s)
+    {
+        bail!(
+            "--status {s}: expected one of running, waiting, compensating, succeeded, failed, cancelled"
+        );
+    }
+    let runs = all_runs(
+        &store,
+        args.workflow.as_deref(),
+        wanted.as_deref(),
+        args.limit,
+    )
+    .await?;
     let mut out = std::io::stdout().lock();
     if args.json {
         for run in &runs {
