@@ -1129,3 +1129,20 @@ steps:
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn the_first_failure_is_the_reason_a_run_failed() {
+    let mut sim = Sim::start(PARALLEL, json!({}));
+    sim.tick();
+    // r1 fails first; l1 (which sorts first by name) fails later.
+    sim.at(1).fail("r1", ErrorClass::Network);
+    sim.at(5).fail("l1", ErrorClass::Validation);
+    assert_eq!(sim.run.status(), Some(RunStatus::Failed));
+    match sim.run.outcome() {
+        Some(crate::domain::run::RunOutcome::Failed { reason, error_class, .. }) => {
+            assert_eq!(reason, "step `r1` failed: boom");
+            assert_eq!(*error_class, Some(ErrorClass::Network));
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -298,23 +298,31 @@ impl<'a> Walker<'a> {
 
     /// Why the main flow failed: the first step that failed for good.
     fn step_failure(&self) -> (ErrorClass, String) {
-        for (id, step) in self.state.steps() {
-            if let StepState::Failed { error, .. } = step
-                && !self.hooks.contains(id.as_str())
-                && self
-                    .state
-                    .attempts(id)
-                    .last()
-                    .and_then(|a| a.recovery.as_ref())
-                    != Some(&RecoveryAction::Continue)
-            {
-                return (
-                    error.class,
-                    format!("step `{id}` failed: {}", error.message),
-                );
-            }
+        let failed = self
+            .state
+            .steps()
+            .iter()
+            .filter_map(|(id, step)| match step {
+                StepState::Failed { error, attempt, .. } if !self.hooks.contains(id.as_str()) => {
+                    let record = self
+                        .state
+                        .attempts(id)
+                        .iter()
+                        .find(|a| a.attempt == *attempt);
+                    let continued =
+                        record.and_then(|a| a.recovery.as_ref()) == Some(&RecoveryAction::Continue);
+                    (!continued).then(|| (record.and_then(|a| a.ended_at), id, error))
+                }
+                _ => None,
+            });
+        // The earliest failure is the cause; later ones may be its consequences.
+        match failed.min_by_key(|(at, id, _)| (*at, (*id).clone())) {
+            Some((_, id, error)) => (
+                error.class,
+                format!("step `{id}` failed: {}", error.message),
+            ),
+            None => (ErrorClass::Unknown, "a step failed".to_string()),
         }
-        (ErrorClass::Unknown, "a step failed".to_string())
     }
 
     /// The run is failing: wait for running steps (unless `now`), run the
@@ -668,7 +676,12 @@ impl<'a> Walker<'a> {
                         });
                         Ok(())
                     }
-                    Ok(_) => Ok(()),
+                    Ok(other) => self.fail_step(
+                        &id,
+                        attempt,
+                        ErrorClass::Validation,
+                        format!("inputs must render to a mapping, not {other}"),
+                    ),
                     Err(e) => self.fail_step(&id, attempt, ErrorClass::Validation, e.to_string()),
                 }
             }
