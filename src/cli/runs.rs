@@ -140,6 +140,9 @@ pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
     let registered = definitions::register_file(&store, &args.file, &by, now)
         .await
         .map_err(invalid)?;
+    // The run's events all come after the head now: follow from there, not from the
+    // start of a log that may hold millions of events.
+    let head = store.head().await?;
     let run_id = control::start_run(&store, &registered, inputs, RunId::new(), &by, now).await?;
     if args.detach {
         if args.json {
@@ -166,7 +169,7 @@ pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
     let worker = Worker::new(store.clone(), runners(), config, system_clock());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut work = tokio::spawn(worker.run(stop_rx));
-    let progress = tokio::spawn(follow(store.clone(), run_id, args.json));
+    let progress = tokio::spawn(follow(store.clone(), run_id, head, args.json));
     let interrupted = tokio::select! {
         result = &mut work => { result.context("the worker stopped")??; false }
         _ = tokio::signal::ctrl_c() => true,
@@ -193,13 +196,13 @@ pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// Print a run's events as they are appended.
-async fn follow(store: EventStore, run_id: RunId, json: bool) -> anyhow::Result<()> {
+async fn follow(store: EventStore, run_id: RunId, after: i64, json: bool) -> anyhow::Result<()> {
     let filter = EventFilter {
         stream_types: vec![StreamType::Run],
         stream_id: Some(run_id.to_string()),
         ..EventFilter::default()
     };
-    let mut tail = std::pin::pin!(store.tail(0, filter));
+    let mut tail = std::pin::pin!(store.tail(after, filter));
     let mut started: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
     while let Some(event) = tail.next().await {
         let event = event?;

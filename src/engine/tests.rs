@@ -1139,7 +1139,11 @@ fn the_first_failure_is_the_reason_a_run_failed() {
     sim.at(5).fail("l1", ErrorClass::Validation);
     assert_eq!(sim.run.status(), Some(RunStatus::Failed));
     match sim.run.outcome() {
-        Some(crate::domain::run::RunOutcome::Failed { reason, error_class, .. }) => {
+        Some(crate::domain::run::RunOutcome::Failed {
+            reason,
+            error_class,
+            ..
+        }) => {
             assert_eq!(reason, "step `r1` failed: boom");
             assert_eq!(*error_class, Some(ErrorClass::Network));
         }
