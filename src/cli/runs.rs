@@ -179,9 +179,15 @@ pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
         work.await.context("the worker stopped")??;
     }
-    // Let the progress printer catch up with the last events.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    progress.abort();
+    if interrupted {
+        progress.abort();
+    } else {
+        // The printer stops at the run's last event; wait for it to get there.
+        match tokio::time::timeout(Duration::from_secs(10), progress).await {
+            Ok(joined) => joined.context("the progress printer stopped")??,
+            Err(_) => eprintln!("(progress output stopped early)"),
+        }
+    }
     let (run, _) =
         domain_io::load::<Run>(&store, &StreamRef::new(StreamType::Run, run_id.to_string()))
             .await?;
@@ -206,17 +212,21 @@ async fn follow(store: EventStore, run_id: RunId, after: i64, json: bool) -> any
     let mut started: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
     while let Some(event) = tail.next().await {
         let event = event?;
+        let last = matches!(
+            event.event_type.as_str(),
+            "run.completed" | "run.failed" | "run.cancelled"
+        );
         if json {
             println!("{}", serde_json::to_string(&event)?);
-            continue;
-        }
-        let Ok(e) = domain_io::decode::<Run>(&event) else {
-            continue;
-        };
-        if let Some(line) = progress_line(&e, &mut started) {
+        } else if let Ok(e) = domain_io::decode::<Run>(&event)
+            && let Some(line) = progress_line(&e, &mut started)
+        {
             eprintln!("{line}");
+            let _ = std::io::stderr().flush();
         }
-        let _ = std::io::stderr().flush();
+        if last {
+            break;
+        }
     }
     Ok(())
 }
