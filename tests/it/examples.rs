@@ -12,40 +12,20 @@
 //! added without a test here.
 
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
-use std::time::Duration;
+use std::process::Output;
 
-use awl::store::StoreLocation;
 use serde_json::{Value, json};
 
-use crate::support::{Backend, TestStore, within};
+use crate::support::cli::{Awl, WorkerProcess, json_lines, run_id_of, stdout_of, step};
+use crate::support::events::{first_position, for_step, of_type, position_of, types_of};
+use crate::support::{Backend, TestStore, poll};
 
 /// How long one `awl` command or one wait for a run may take.
 const TIMEOUT_SECS: u64 = 60;
 
-/// The same tests on both stores: `examples::postgres::NAME` and `examples::sqlite::NAME`.
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(crate::support::Backend::Postgres).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(crate::support::Backend::Sqlite).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_stores!(
+// `examples::postgres::NAME` and `examples::sqlite::NAME`.
+crate::support::on_both_stores!(
+    worker_threads = 2;
     hello_greets_with_its_input,
     retry_backoff_retries_until_the_flaky_step_succeeds,
     retry_backoff_fails_when_the_retries_run_out,
@@ -77,8 +57,9 @@ fn example(file: &str) -> String {
 /// A fresh store and a scratch folder (the working directory of every `awl` process,
 /// and where examples write their files).
 struct Sandbox {
-    t: TestStore,
+    _t: TestStore,
     scratch: tempfile::TempDir,
+    awl: Awl,
 }
 
 /// A finished `awl run`: its exit status and output, and the run's id.
@@ -110,16 +91,13 @@ impl Ran {
 
 impl Sandbox {
     async fn new(backend: Backend) -> Self {
+        let t = TestStore::new(backend).await;
+        let scratch = tempfile::tempdir().expect("scratch dir");
+        let awl = Awl::bounded(&t.location, TIMEOUT_SECS).in_dir(scratch.path());
         Self {
-            t: TestStore::new(backend).await,
-            scratch: tempfile::tempdir().expect("scratch dir"),
-        }
-    }
-
-    fn url(&self) -> String {
-        match &self.t.location {
-            StoreLocation::Postgres(url) => url.clone(),
-            StoreLocation::Sqlite(path) => format!("sqlite://{}", path.display()),
+            _t: t,
+            scratch,
+            awl,
         }
     }
 
@@ -133,108 +111,67 @@ impl Sandbox {
             .unwrap_or_else(|e| panic!("cannot read {name}: {e}"))
     }
 
-    fn command(&self, args: &[&str]) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_awl"));
-        cmd.args(args)
-            .current_dir(self.scratch.path())
-            .env("DATABASE_URL", self.url())
-            .env_remove("AWL_LOG")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        cmd
-    }
-
-    /// Run `awl ARGS` to its end (within the timeout).
-    async fn awl(&self, args: &[&str]) -> Output {
-        let what = format!("awl {}", args.join(" "));
-        within(TIMEOUT_SECS, &what, self.command(args).output())
-            .await
-            .unwrap_or_else(|e| panic!("cannot run {what}: {e}"))
-    }
-
-    /// Run `awl ARGS`, which must succeed; its stdout.
-    async fn awl_ok(&self, args: &[&str]) -> String {
-        let out = self.awl(args).await;
-        assert!(
-            out.status.success(),
-            "awl {} failed ({}): {}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8 output")
-    }
-
-    /// `awl run FILE --var k=v...` in the foreground, to the run's end.
+    /// `awl run FILE --var k=v...` of an example in the foreground, to the run's end.
     async fn run(&self, file: &str, vars: &[(&str, &str)]) -> Ran {
-        let path = example(file);
-        let vars: Vec<String> = vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let mut args = vec!["run", path.as_str()];
-        for var in &vars {
-            args.extend(["--var", var.as_str()]);
-        }
-        let output = self.awl(&args).await;
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        // The first line says `run ID: NAME VERSION on STORE`.
-        let run_id = stderr
-            .lines()
-            .find_map(|l| l.strip_prefix("run ")?.split(':').next())
-            .unwrap_or_else(|| panic!("awl run did not say which run it started: {stderr}"))
-            .to_string();
+        self.run_path(&example(file), vars).await
+    }
+
+    /// Write `yaml` to the scratch folder as `name` and run it in the foreground.
+    async fn run_yaml(&self, name: &str, yaml: &str, vars: &[(&str, &str)]) -> Ran {
+        let path = self.file(name);
+        std::fs::write(&path, yaml).expect("write the workflow");
+        self.run_path(&path, vars).await
+    }
+
+    async fn run_path(&self, path: &str, vars: &[(&str, &str)]) -> Ran {
+        let output = self.awl_run(false, path, vars).await;
+        let run_id = run_id_of(&String::from_utf8_lossy(&output.stderr));
         Ran { output, run_id }
     }
 
-    /// `awl run --detach FILE ...`: the run's id.
+    /// `awl run --detach FILE ...` of an example: the run's id.
     async fn start(&self, file: &str, vars: &[(&str, &str)]) -> String {
-        let path = example(file);
+        let output = self.awl_run(true, &example(file), vars).await;
+        stdout_of("awl run --detach", output).trim().to_string()
+    }
+
+    /// `awl run [--detach] PATH --var k=v...`, to its end.
+    async fn awl_run(&self, detach: bool, path: &str, vars: &[(&str, &str)]) -> Output {
         let vars: Vec<String> = vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let mut args = vec!["run", "--detach", path.as_str()];
+        let mut args = vec!["run"];
+        if detach {
+            args.push("--detach");
+        }
+        args.push(path);
         for var in &vars {
             args.extend(["--var", var.as_str()]);
         }
-        self.awl_ok(&args).await.trim().to_string()
+        self.awl.output(&args).await
     }
 
-    /// A background `awl worker`; killed when the returned guard is stopped or dropped.
-    fn worker(&self) -> Worker {
-        let log = std::fs::File::create(self.file("worker.log")).expect("worker log");
-        let child = self
-            .command(&["worker"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start awl worker");
-        Worker { child }
+    /// A background `awl worker`, logging to `worker.log` in the scratch folder.
+    fn worker(&self) -> WorkerProcess {
+        self.awl.worker(self.file("worker.log").into(), &[])
     }
 
     /// `awl status RUN --json`.
     async fn status(&self, run_id: &str) -> Value {
-        let text = self.awl_ok(&["status", run_id, "--json"]).await;
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("status is not JSON ({e}): {text}"))
+        self.awl.status(run_id).await
     }
 
     /// Poll `awl status` until `ready` holds (or fail after the timeout).
     async fn wait_for(&self, run_id: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
-        let poll = async {
-            loop {
-                let status = self.status(run_id).await;
-                if ready(&status) {
-                    return status;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        };
-        let waited = tokio::time::timeout(Duration::from_secs(TIMEOUT_SECS), poll).await;
-        match waited {
-            Ok(status) => status,
-            Err(_) => {
-                let log = std::fs::read_to_string(self.file("worker.log")).unwrap_or_default();
-                panic!(
-                    "timed out after {TIMEOUT_SECS}s waiting for {what} of run {run_id}: {:#}\nworker log:\n{log}",
-                    self.status(run_id).await
-                )
-            }
+        let polled = poll(TIMEOUT_SECS, async || {
+            let status = self.status(run_id).await;
+            ready(&status).then_some(status)
+        })
+        .await;
+        match polled {
+            Some(status) => status,
+            None => panic!(
+                "timed out after {TIMEOUT_SECS}s waiting for {what} of run {run_id}: {:#}",
+                self.status(run_id).await
+            ),
         }
     }
 
@@ -251,43 +188,20 @@ impl Sandbox {
 
     /// `awl events --json --stream RUN`: the run's events in log order.
     async fn events(&self, run_id: &str) -> Vec<Value> {
-        self.awl_ok(&["events", "--json", "--stream", run_id])
-            .await
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("one JSON event per line"))
-            .collect()
+        json_lines(&self.awl.ok(&["events", "--json", "--stream", run_id]).await)
     }
 
     /// `awl list --json --workflow NAME`.
     async fn runs_of(&self, workflow: &str) -> Vec<Value> {
-        self.awl_ok(&["list", "--json", "--workflow", workflow])
-            .await
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("one JSON run per line"))
-            .collect()
-    }
-}
-
-struct Worker {
-    child: tokio::process::Child,
-}
-
-impl Worker {
-    async fn stop(mut self) {
-        let _ = self.child.start_kill();
-        let _ = within(TIMEOUT_SECS, "the worker to stop", self.child.wait()).await;
+        let listed = self
+            .awl
+            .ok(&["list", "--json", "--workflow", workflow])
+            .await;
+        json_lines(&listed)
     }
 }
 
 // ---------------------------------------------------------------- reading a status
-
-/// The step `id` of `awl status --json`.
-fn step<'a>(status: &'a Value, id: &str) -> &'a Value {
-    status["steps"]
-        .as_array()
-        .and_then(|steps| steps.iter().find(|s| s["step_id"] == id))
-        .unwrap_or_else(|| panic!("no step `{id}` in the run: {status:#}"))
-}
 
 fn has_step(status: &Value, id: &str) -> bool {
     status["steps"]
@@ -327,24 +241,6 @@ fn assert_no_restarts(status: &Value) {
             );
         }
     }
-}
-
-/// Event types of `events`, in order, keeping only those in `kinds`.
-fn types_of<'a>(events: &'a [Value], kinds: &[&str]) -> Vec<&'a str> {
-    events
-        .iter()
-        .filter_map(|e| e["event_type"].as_str())
-        .filter(|t| kinds.contains(t))
-        .collect()
-}
-
-/// The log position of the first event of `kind` about step `id`.
-fn position_of(events: &[Value], kind: &str, id: &str) -> i64 {
-    events
-        .iter()
-        .find(|e| e["event_type"] == kind && e["payload"]["step_id"] == id)
-        .and_then(|e| e["position"].as_i64())
-        .unwrap_or_else(|| panic!("no {kind} event for `{id}`"))
 }
 
 // ---------------------------------------------------------------- hello
@@ -417,10 +313,8 @@ async fn retry_backoff_retries_until_the_flaky_step_succeeds(backend: Backend) {
 
     // The back-off, as recorded: 0.2 s then 0.4 s, each within its 10 % jitter.
     let events = s.events(&ran.run_id).await;
-    let backoffs: Vec<u64> = events
-        .iter()
-        .filter(|e| e["event_type"] == "run.step_retried" && e["payload"]["step_id"] == "flaky")
-        .map(|e| e["payload"]["backoff_ms"].as_u64().expect("backoff_ms"))
+    let backoffs: Vec<u64> = for_step(&events, "run.step_retried", "flaky")
+        .map(|p| p["backoff_ms"].as_u64().expect("backoff_ms"))
         .collect();
     assert_eq!(backoffs.len(), 2, "{backoffs:?}");
     assert!((180..=220).contains(&backoffs[0]), "{backoffs:?}");
@@ -532,25 +426,15 @@ async fn order_saga_compensates_in_reverse_order_when_shipping_fails(backend: Ba
     );
 
     let events = s.events(&ran.run_id).await;
-    let started: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["event_type"] == "run.compensation_started")
-        .collect();
+    let started: Vec<&Value> = of_type(&events, "run.compensation_started").collect();
     assert_eq!(started.len(), 1);
     assert_eq!(
-        started[0]["payload"]["steps"],
+        started[0]["steps"],
         json!(["charge_card", "reserve_stock"]),
         "most recent first; record_sale has nothing to undo"
     );
-    let ran_in_order: Vec<(&str, bool)> = events
-        .iter()
-        .filter(|e| e["event_type"] == "run.compensation_step_ran")
-        .map(|e| {
-            (
-                e["payload"]["step_id"].as_str().unwrap_or("?"),
-                e["payload"]["succeeded"] == true,
-            )
-        })
+    let ran_in_order: Vec<(&str, bool)> = of_type(&events, "run.compensation_step_ran")
+        .map(|p| (p["step_id"].as_str().unwrap_or("?"), p["succeeded"] == true))
         .collect();
     assert_eq!(
         ran_in_order,
@@ -578,7 +462,7 @@ async fn order_saga_compensates_in_reverse_order_when_shipping_fails(backend: Ba
     );
     assert!(
         position_of(&events, "run.step_succeeded", "tell_support")
-            < started[0]["position"].as_i64().unwrap()
+            < first_position(&events, "run.compensation_started")
     );
     assert_no_restarts(&status);
 }
@@ -691,7 +575,7 @@ async fn release_waits_for_approval_then_deploys_through_the_sub_workflow(backen
             ],
         )
         .await;
-    let worker = s.worker();
+    let mut worker = s.worker();
 
     let waiting = s
         .wait_for(&run_id, "the approval gate", |st| open_gate(st).is_some())
@@ -711,14 +595,16 @@ async fn release_waits_for_approval_then_deploys_through_the_sub_workflow(backen
 
     // Only a named approver may decide.
     let refused = s
-        .awl(&["approve", &gate, "--by", "mallory", "--comment", "lgtm"])
+        .awl
+        .output(&["approve", &gate, "--by", "mallory", "--comment", "lgtm"])
         .await;
     assert!(!refused.status.success(), "mallory may not approve");
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("release-manager"), "{said}");
 
     let approved = s
-        .awl_ok(&[
+        .awl
+        .ok(&[
             "approve",
             &gate,
             "--by",
@@ -730,7 +616,7 @@ async fn release_waits_for_approval_then_deploys_through_the_sub_workflow(backen
     assert!(approved.contains(&run_id), "{approved}");
 
     let status = s.finished(&run_id).await;
-    worker.stop().await;
+    worker.kill(TIMEOUT_SECS).await;
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
     assert_eq!(
         status["outcome"]["outputs"],
@@ -799,7 +685,7 @@ async fn release_rejected_at_the_gate_fails_and_says_why(backend: Backend) {
             &[("version", "2.5.0-rc1"), ("record", &record)],
         )
         .await;
-    let worker = s.worker();
+    let mut worker = s.worker();
     let waiting = s
         .wait_for(&run_id, "the approval gate", |st| open_gate(st).is_some())
         .await;
@@ -808,18 +694,19 @@ async fn release_rejected_at_the_gate_fails_and_says_why(backend: Backend) {
         waiting["gates"][0]["message"],
         "Release 2.5.0-rc1 to staging?"
     );
-    s.awl_ok(&[
-        "reject",
-        &gate,
-        "--by",
-        "release-manager",
-        "--comment",
-        "not on a Friday",
-    ])
-    .await;
+    s.awl
+        .ok(&[
+            "reject",
+            &gate,
+            "--by",
+            "release-manager",
+            "--comment",
+            "not on a Friday",
+        ])
+        .await;
 
     let status = s.finished(&run_id).await;
-    worker.stop().await;
+    worker.kill(TIMEOUT_SECS).await;
     assert_eq!(status["status"], "FAILED", "{status:#}");
     assert_eq!(step_status(&status, "approve"), "failed");
     let reason = status["outcome"]["reason"].as_str().unwrap_or_default();
@@ -877,12 +764,7 @@ fn validate_accepts_every_example() {
         .map(|f| workflows_dir().join(f))
         .collect();
     files.sort();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_awl"))
-        .arg("validate")
-        .args(&files)
-        .env_remove("AWL_LOG")
-        .output()
-        .expect("run awl validate");
+    let out = validate(&files);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -902,14 +784,20 @@ fn validate_accepts_every_example() {
     let broken = dir.path().join("broken.awl.yaml");
     let hello = std::fs::read_to_string(workflows_dir().join("hello.awl.yaml")).expect("hello");
     std::fs::write(&broken, hello.replace("inputs.name", "inputs.nmae")).expect("write");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_awl"))
-        .arg("validate")
-        .arg(&broken)
-        .output()
-        .expect("run awl validate");
+    let out = validate(std::slice::from_ref(&broken));
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("unknown input `nmae`"), "{said}");
+}
+
+/// `awl validate FILES` (no store involved).
+fn validate(files: &[PathBuf]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_awl"))
+        .arg("validate")
+        .args(files)
+        .env_remove("AWL_LOG")
+        .output()
+        .expect("run awl validate")
 }
 
 /// The `*.awl.yaml` files in `workflows/`.
@@ -959,25 +847,6 @@ fn every_example_is_run_by_a_test() {
 
 // ---------------------------------------------------------------- regressions
 
-/// Write `yaml` to the scratch folder and run it in the foreground.
-async fn run_inline(s: &Sandbox, name: &str, yaml: &str, vars: &[(&str, &str)]) -> Ran {
-    let path = s.file(name);
-    std::fs::write(&path, yaml).expect("write the workflow");
-    let vars: Vec<String> = vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let mut args = vec!["run", path.as_str()];
-    for var in &vars {
-        args.extend(["--var", var.as_str()]);
-    }
-    let output = s.awl(&args).await;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let run_id = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("run ")?.split(':').next())
-        .unwrap_or_else(|| panic!("awl run did not say which run it started: {stderr}"))
-        .to_string();
-    Ran { output, run_id }
-}
-
 /// A worker answers a built-in tool at once and decides again in the same round; that
 /// second decision took the shell step started by the first for one a dead worker had
 /// left behind, and recorded a second `run.step_started` for it.
@@ -1005,14 +874,11 @@ steps:
             args: ["${{ inputs.log }}"]
 "#;
     let log = s.file("work.log");
-    let ran = run_inline(&s, "mixed.awl.yaml", yaml, &[("log", &log)]).await;
+    let ran = s.run_yaml("mixed.awl.yaml", yaml, &[("log", &log)]).await;
     assert!(ran.succeeded(), "{}", ran.stderr());
     assert_eq!(s.read("work.log"), "ran\n");
     let events = s.events(&ran.run_id).await;
-    let starts = events
-        .iter()
-        .filter(|e| e["event_type"] == "run.step_started" && e["payload"]["step_id"] == "work")
-        .count();
+    let starts = for_step(&events, "run.step_started", "work").count();
     assert_eq!(starts, 1, "`work` was started {starts} times");
     assert_no_restarts(&s.status(&ran.run_id).await);
 }
@@ -1034,7 +900,7 @@ steps:
     retry: {max_attempts: 2, backoff: constant, base_seconds: 0}
 "#;
     let log = s.file("keys.log");
-    let ran = run_inline(&s, "keys.awl.yaml", yaml, &[("log", &log)]).await;
+    let ran = s.run_yaml("keys.awl.yaml", yaml, &[("log", &log)]).await;
     assert!(ran.succeeded(), "{}", ran.stderr());
     let key = format!("{}/twice", ran.run_id);
     assert_eq!(s.read("keys.log"), format!("1 {key}\n2 {key}\n"));

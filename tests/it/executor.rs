@@ -18,7 +18,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use awl::domain::ids::{RunId, StepId};
@@ -29,110 +28,27 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use sqlx::Connection;
 
-use crate::support::{Backend, TestStore, within};
+use crate::support::cli::{Awl, WorkerProcess, json_lines, run_id_of, step};
+use crate::support::events::{for_step, of_type};
+use crate::support::{Backend, TestStore, poll, wait_for, within};
 
 /// The longest any wait in these tests may take, in seconds.
 const LIMIT: u64 = 90;
 
+/// The lease most tests give their workers: short, so a killed worker's runs are
+/// taken over soon.
+const SHORT_LEASE: &[&str] = &["--lease-seconds", "2"];
+
 // ---------------------------------------------------------------- fixtures
 
-/// The store URL the binary is given through `DATABASE_URL`.
-fn url_of(location: &StoreLocation) -> String {
-    match location {
-        StoreLocation::Postgres(url) => url.clone(),
-        StoreLocation::Sqlite(path) => format!("sqlite://{}", path.display()),
-    }
+/// The `awl` binary on the test's store, every command bounded by [`LIMIT`].
+fn awl(t: &TestStore) -> Awl {
+    Awl::bounded(&t.location, LIMIT)
 }
 
-/// An `awl` command on the test's store.
-fn awl(location: &StoreLocation) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_awl"));
-    cmd.env("DATABASE_URL", url_of(location))
-        .env_remove("AWL_LOG")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    cmd
-}
-
-/// Run `awl ARGS` to the end (bounded), returning its output.
-async fn awl_output(location: &StoreLocation, args: &[&str]) -> std::process::Output {
-    let what = format!("awl {}", args.join(" "));
-    within(LIMIT, &what, awl(location).args(args).output())
-        .await
-        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"))
-}
-
-/// Run `awl ARGS`, which must succeed; returns its stdout.
-async fn awl_ok(location: &StoreLocation, args: &[&str]) -> String {
-    let out = awl_output(location, args).await;
-    assert!(
-        out.status.success(),
-        "awl {} failed: {}\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-/// An `awl worker` child process. Its stderr goes to a file that is printed if the
-/// test fails while it is alive; dropping it SIGKILLs it.
-struct WorkerProcess {
-    child: tokio::process::Child,
-    log: PathBuf,
-}
-
-impl WorkerProcess {
-    fn start(location: &StoreLocation, dir: &Path, name: &str, args: &[&str]) -> Self {
-        let log = dir.join(format!("{name}.log"));
-        let stderr = std::fs::File::create(&log).expect("worker log file");
-        let child = awl(location)
-            .arg("worker")
-            .args(args)
-            .env("AWL_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start awl worker");
-        Self { child, log }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id().expect("the worker is running")
-    }
-
-    /// SIGKILL (what `Child::kill` sends on Unix) and reap it.
-    async fn sigkill(&mut self) {
-        within(LIMIT, "the worker to die", self.child.kill())
-            .await
-            .expect("SIGKILL the worker");
-    }
-}
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-        if std::thread::panicking() {
-            eprintln!(
-                "---- {} ----\n{}",
-                self.log.display(),
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-}
-
-/// Poll `probe` every 100 ms until it gives a value; fail after [`LIMIT`] seconds.
-async fn wait_for<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    within(LIMIT, what, async {
-        loop {
-            if let Some(found) = probe().await {
-                return found;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
+/// An `awl worker ARGS` child process logging to `dir/NAME.log`.
+fn worker(t: &TestStore, dir: &Path, name: &str, args: &[&str]) -> WorkerProcess {
+    awl(t).worker(dir.join(format!("{name}.log")), args)
 }
 
 /// Write `yaml` to `dir/name` and register it.
@@ -180,21 +96,6 @@ async fn events_of_all(store: &EventStore, ids: &[String]) -> HashMap<String, Ve
         .expect("read the runs' events")
 }
 
-fn of_type<'a>(events: &'a [RecordedEvent], ty: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
-    events
-        .iter()
-        .filter(move |e| e.event_type == ty)
-        .map(|e| &e.payload)
-}
-
-fn for_step<'a>(
-    events: &'a [RecordedEvent],
-    ty: &'a str,
-    step: &'a str,
-) -> impl Iterator<Item = &'a Value> + 'a {
-    of_type(events, ty).filter(move |p| p["step_id"] == step)
-}
-
 fn is_finished(events: &[RecordedEvent]) -> bool {
     events.iter().any(|e| {
         matches!(
@@ -208,16 +109,27 @@ fn time(v: &Value) -> DateTime<Utc> {
     serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("not a time: {v}: {e}"))
 }
 
+/// Every run in `ids`, once all have ended; `None` if some are still going after
+/// [`LIMIT`] seconds.
+async fn all_finished(
+    store: &EventStore,
+    ids: &[String],
+) -> Option<HashMap<String, Vec<RecordedEvent>>> {
+    poll(LIMIT, async || {
+        let all = events_of_all(store, ids).await;
+        all.values().all(|e| is_finished(e)).then_some(all)
+    })
+    .await
+}
+
 /// Wait until every run in `ids` has ended.
 async fn wait_until_finished(
     store: &EventStore,
     ids: &[String],
 ) -> HashMap<String, Vec<RecordedEvent>> {
-    wait_for("every run to finish", async || {
-        let all = events_of_all(store, ids).await;
-        all.values().all(|e| is_finished(e)).then_some(all)
-    })
-    .await
+    all_finished(store, ids)
+        .await
+        .unwrap_or_else(|| panic!("timed out after {LIMIT}s waiting for every run to finish"))
 }
 
 /// Per run: every step's `run.step_started` payloads and `run.step_succeeded` count,
@@ -302,14 +214,9 @@ pub async fn a_killed_worker_loses_nothing(backend: Backend) {
         .collect();
     let slow_ids: Vec<String> = slow_runs.iter().map(|(r, _)| r.clone()).collect();
 
-    let mut first = WorkerProcess::start(
-        &t.location,
-        dir.path(),
-        "worker-1",
-        &["--lease-seconds", "2"],
-    );
+    let mut first = worker(&t, dir.path(), "worker-1", SHORT_LEASE);
     // Every gate open and every slow step's process running (it wrote its first line).
-    wait_for("gates open and slow steps running", async || {
+    wait_for(LIMIT, "gates open and slow steps running", async || {
         let gates = events_of_all(&t.store, &gate_runs).await;
         let ready = gates
             .values()
@@ -320,7 +227,7 @@ pub async fn a_killed_worker_loses_nothing(backend: Backend) {
         ready.then_some(())
     })
     .await;
-    first.sigkill().await;
+    first.kill(LIMIT).await;
 
     // What was in flight when it died: started, no outcome.
     let at_kill = events_of_all(&t.store, &slow_ids).await;
@@ -343,12 +250,7 @@ pub async fn a_killed_worker_loses_nothing(backend: Backend) {
         slow_ids.len()
     );
 
-    let _second = WorkerProcess::start(
-        &t.location,
-        dir.path(),
-        "worker-2",
-        &["--lease-seconds", "2"],
-    );
+    let _second = worker(&t, dir.path(), "worker-2", SHORT_LEASE);
     let gates = events_of_all(&t.store, &gate_runs).await;
     for run in &gate_runs {
         let gate = of_type(&gates[run], "run.gate_opened")
@@ -357,16 +259,15 @@ pub async fn a_killed_worker_loses_nothing(backend: Backend) {
             .as_str()
             .expect("gate_id")
             .to_string();
-        awl_ok(&t.location, &["approve", &gate, "--by", "tester"]).await;
+        awl(&t).ok(&["approve", &gate, "--by", "tester"]).await;
     }
     let finished = wait_until_finished(&t.store, &all).await;
 
     // Every run succeeded, as `awl list` reports it too.
-    let listed = awl_ok(&t.location, &["list", "--json", "--limit", "100"]).await;
-    let statuses: HashMap<String, String> = listed
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("a JSON line");
+    let listed = awl(&t).ok(&["list", "--json", "--limit", "100"]).await;
+    let statuses: HashMap<String, String> = json_lines(&listed)
+        .iter()
+        .map(|v| {
             (
                 v["run_id"].as_str().unwrap().to_string(),
                 v["status"].as_str().unwrap().to_string(),
@@ -490,8 +391,8 @@ steps:
 
     // Small batches, so each worker holds a few runs at a time and both get work.
     let args = ["--lease-seconds", "1", "--batch", "8"];
-    let a = WorkerProcess::start(&t.location, dir.path(), "worker-a", &args);
-    let b = WorkerProcess::start(&t.location, dir.path(), "worker-b", &args);
+    let a = worker(&t, dir.path(), "worker-a", &args);
+    let b = worker(&t, dir.path(), "worker-b", &args);
     let mut runs = Vec::new();
     for i in 0..100 {
         // One run in ten has a step that outlives the lease: it must be renewed, not
@@ -502,17 +403,7 @@ steps:
     }
     // Overlaps are looked for even if the runs never finish (a stolen run can keep
     // two workers busy forever), so a failure names them.
-    let finished = tokio::time::timeout(Duration::from_secs(LIMIT), async {
-        loop {
-            let all = events_of_all(&t.store, &runs).await;
-            if all.values().all(|e| is_finished(e)) {
-                return all;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .ok();
+    let finished = all_finished(&t.store, &runs).await;
 
     // Executions by key: (pid, worker pid) -> (start, end).
     type Span = (Option<u128>, Option<u128>);
@@ -697,56 +588,37 @@ pub async fn hostile_inputs_stay_inert(backend: Backend) {
     .unwrap();
     assert_eq!(matched, 2, "the payload is live in SQL text");
 
+    let awl = awl(&t);
     for payload in PAYLOADS {
         let var = format!("payload={payload}");
-        let out = within(
-            LIMIT,
-            "awl run",
-            awl(&t.location)
-                .args(["run", file.to_str().unwrap(), "--var", &var])
-                .env("AWL_CONNECTION_MAIN", &db_url)
-                .env("HOME", &home)
-                .current_dir(&work)
-                .output(),
-        )
-        .await
-        .expect("run awl run");
+        let mut run = awl.command(&["run", file.to_str().unwrap(), "--var", &var]);
+        run.env("AWL_CONNECTION_MAIN", &db_url)
+            .env("HOME", &home)
+            .current_dir(&work);
+        let out = awl.output_of("awl run", &mut run).await;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.success(),
             "awl run with {payload:?} failed:\n{stderr}"
         );
-        let run_id = stderr
-            .lines()
-            .find_map(|l| l.strip_prefix("run ")?.split(':').next())
-            .unwrap_or_else(|| panic!("awl run names its run: {stderr}"))
-            .to_string();
+        let run_id = run_id_of(&stderr);
 
-        let status: Value =
-            serde_json::from_str(&awl_ok(&t.location, &["status", &run_id, "--json"]).await)
-                .expect("status JSON");
+        let status = awl.status(&run_id).await;
         assert_eq!(status["status"], "SUCCEEDED", "{status}");
-        let outputs: HashMap<String, Value> = status["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                (
-                    s["step_id"].as_str().unwrap().to_string(),
-                    s["output"].clone(),
-                )
-            })
-            .collect();
-        for step in ["argv", "args", "env", "stdin"] {
+        for id in ["argv", "args", "env", "stdin"] {
             assert_eq!(
-                outputs[step]["stdout"],
+                step(&status, id)["output"]["stdout"],
                 Value::String(payload.to_string()),
-                "step {step} with {payload:?}"
+                "step {id} with {payload:?}"
             );
         }
-        assert_eq!(outputs["insert"]["rows_affected"], 1, "{payload:?}");
         assert_eq!(
-            outputs["lookup"]["rows"],
+            step(&status, "insert")["output"]["rows_affected"],
+            1,
+            "{payload:?}"
+        );
+        assert_eq!(
+            step(&status, "lookup")["output"]["rows"],
             serde_json::json!([{"name": payload, "secret": "inserted"}]),
             "only the payload's own row matches {payload:?}"
         );
@@ -793,16 +665,11 @@ pub async fn backoff_is_a_due_time_in_the_database(backend: Backend) {
     let (_, registered) = register(&t.store, dir.path(), "backoff.yaml", BACKOFF_WORKFLOW).await;
     let run = start(&t.store, &registered, &[]).await;
 
-    let mut first = WorkerProcess::start(
-        &t.location,
-        dir.path(),
-        "worker-1",
-        &["--lease-seconds", "2"],
-    );
+    let mut first = worker(&t, dir.path(), "worker-1", SHORT_LEASE);
     let mut second = None;
     let mut observed = Vec::new();
     for retry in 1..=2usize {
-        let due = wait_for("a retry", async || {
+        let due = wait_for(LIMIT, "a retry", async || {
             let events = events_of(&t.store, &run).await;
             of_type(&events, "run.step_retried")
                 .nth(retry - 1)
@@ -827,13 +694,8 @@ pub async fn backoff_is_a_due_time_in_the_database(backend: Backend) {
         }
         if retry == 1 {
             // Nothing in the worker remembers the wait: kill it, start another.
-            first.sigkill().await;
-            second = Some(WorkerProcess::start(
-                &t.location,
-                dir.path(),
-                "worker-2",
-                &["--lease-seconds", "2"],
-            ));
+            first.kill(LIMIT).await;
+            second = Some(worker(&t, dir.path(), "worker-2", SHORT_LEASE));
         }
     }
     assert!(
@@ -920,8 +782,7 @@ pub async fn a_cancelled_run_stops(backend: Backend) {
     let t = TestStore::new(backend).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let (_, registered) = register(&t.store, dir.path(), "cancel.yaml", CANCEL_WORKFLOW).await;
-    let _worker =
-        WorkerProcess::start(&t.location, dir.path(), "worker", &["--lease-seconds", "2"]);
+    let _worker = worker(&t, dir.path(), "worker", SHORT_LEASE);
 
     for wait in ["gate", "slow"] {
         let marker = dir.path().join(format!("after-{wait}"));
@@ -936,7 +797,7 @@ pub async fn a_cancelled_run_stops(backend: Backend) {
         } else {
             "run.step_started"
         };
-        wait_for("the run to wait", async || {
+        wait_for(LIMIT, "the run to wait", async || {
             let events = events_of(&t.store, &run).await;
             (of_type(&events, waiting).count() > 0
                 && (wait == "gate" || for_step(&events, waiting, "slow").count() > 0))
@@ -949,16 +810,18 @@ pub async fn a_cancelled_run_stops(backend: Backend) {
             "a waiting run is in the queue: {rows:?}"
         );
 
-        awl_ok(&t.location, &["cancel", &run, "--reason", "not today"]).await;
-        wait_for("the worker to drop the run from the queue", async || {
-            let rows = t.store.wakeups().await.unwrap();
-            rows.iter().all(|(id, _, _)| *id != run).then_some(())
-        })
+        awl(&t).ok(&["cancel", &run, "--reason", "not today"]).await;
+        wait_for(
+            LIMIT,
+            "the worker to drop the run from the queue",
+            async || {
+                let rows = t.store.wakeups().await.unwrap();
+                rows.iter().all(|(id, _, _)| *id != run).then_some(())
+            },
+        )
         .await;
 
-        let status: Value =
-            serde_json::from_str(&awl_ok(&t.location, &["status", &run, "--json"]).await)
-                .expect("status JSON");
+        let status = awl(&t).status(&run).await;
         assert_eq!(status["status"], "CANCELLED", "{status}");
         let events = events_of(&t.store, &run).await;
         assert_eq!(
@@ -972,7 +835,7 @@ pub async fn a_cancelled_run_stops(backend: Backend) {
                 .as_str()
                 .unwrap()
                 .to_string();
-            let out = awl_output(&t.location, &["approve", &gate]).await;
+            let out = awl(&t).output(&["approve", &gate]).await;
             assert!(
                 !out.status.success(),
                 "a cancelled run's gate cannot be approved"
@@ -995,20 +858,30 @@ pub async fn a_cancelled_run_stops(backend: Backend) {
 /// waits forever.
 pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
     let t = TestStore::new(backend).await;
-    let run = StreamRef::new(StreamType::Run, "r-1");
     let event = || vec![NewEvent::new("test.happened", 1, serde_json::json!({}))];
-    t.store
-        .append(AppendRequest::new(
-            run.clone(),
-            ExpectedVersion::NoStream,
-            event(),
-        ))
-        .await
-        .expect("append");
+    // A run at version 1 with a wake-up row, as a worker finds it.
+    let due_run = async |id: &str, at: DateTime<Utc>| {
+        t.store
+            .append(AppendRequest::new(
+                StreamRef::new(StreamType::Run, id),
+                ExpectedVersion::NoStream,
+                event(),
+            ))
+            .await
+            .expect("append");
+        let mut tx = t.store.begin().await.unwrap();
+        tx.wake_run(id, at).await.unwrap();
+        tx.commit().await.unwrap();
+    };
+    // What a worker that decided on version 1 and appended nothing gives back.
+    let unchanged = |id: &str| Release {
+        run_id: id.into(),
+        due_at: None,
+        version: 1,
+        finished: false,
+    };
     let now = Utc::now();
-    let mut tx = t.store.begin().await.unwrap();
-    tx.wake_run("r-1", now).await.unwrap();
-    tx.commit().await.unwrap();
+    due_run("r-1", now).await;
     let later = now + chrono::Duration::seconds(30);
     let claimed = t
         .store
@@ -1021,7 +894,7 @@ pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
     let mut outside = t.store.begin().await.unwrap();
     outside
         .append(&[AppendRequest::new(
-            run.clone(),
+            StreamRef::new(StreamType::Run, "r-1"),
             ExpectedVersion::Exactly(1),
             event(),
         )])
@@ -1031,26 +904,17 @@ pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
 
     // The worker's release, from another pool (as another process would).
     let worker_store = t.reopen().await;
+    let given_back = unchanged("r-1");
     let release = tokio::spawn(async move {
         let mut tx = worker_store.begin().await?;
-        tx.release_runs(
-            "worker",
-            &[Release {
-                run_id: "r-1".into(),
-                due_at: None,
-                version: 1,
-                finished: false,
-            }],
-            now,
-        )
-        .await?;
+        tx.release_runs("worker", &[given_back], now).await?;
         tx.commit().await
     });
     // Let the release reach the lock it waits for.
     match &t.location {
         StoreLocation::Postgres(url) => {
             let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
-            wait_for("the release to wait for a lock", async || {
+            wait_for(LIMIT, "the release to wait for a lock", async || {
                 let waiting: i64 = sqlx::query_scalar(
                     "SELECT count(*) FROM pg_stat_activity \
                       WHERE datname = current_database() AND wait_event_type = 'Lock'",
@@ -1080,17 +944,7 @@ pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
 
     // A wake-up that does not touch the run's stream (its agent task or child run
     // ended), committed while a worker holds the run, then the worker's release.
-    t.store
-        .append(AppendRequest::new(
-            StreamRef::new(StreamType::Run, "r-2"),
-            ExpectedVersion::NoStream,
-            event(),
-        ))
-        .await
-        .expect("append");
-    let mut tx = t.store.begin().await.unwrap();
-    tx.wake_run("r-2", now).await.unwrap();
-    tx.commit().await.unwrap();
+    due_run("r-2", now).await;
     let only = ["r-2".to_string()];
     let claimed = t
         .store
@@ -1110,18 +964,9 @@ pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
     task_ended.wake_run("r-2", Utc::now()).await.unwrap();
     task_ended.commit().await.unwrap();
     let mut tx = t.store.begin().await.unwrap();
-    tx.release_runs(
-        "worker",
-        &[Release {
-            run_id: "r-2".into(),
-            due_at: None,
-            version: 1,
-            finished: false,
-        }],
-        Utc::now(),
-    )
-    .await
-    .unwrap();
+    tx.release_runs("worker", &[unchanged("r-2")], Utc::now())
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     let rows = t.store.wakeups().await.unwrap();
     let row = rows.iter().find(|(id, _, _)| id == "r-2").expect("the row");
@@ -1164,22 +1009,12 @@ pub async fn every_child_wakes_its_parent(backend: Backend) {
         "name: fan-out\nversion: \"1.0.0\"\nsteps:\n  - id: fan\n    type: parallel\n    branches:\n{branches}  - id: after\n    type: tool\n    tool: noop\n"
     );
     let (_, registered) = register(&t.store, dir.path(), "parent.yaml", &yaml).await;
-    let _worker =
-        WorkerProcess::start(&t.location, dir.path(), "worker", &["--lease-seconds", "2"]);
+    let _worker = worker(&t, dir.path(), "worker", SHORT_LEASE);
     let mut parents = Vec::new();
     for _ in 0..10 {
         parents.push(start(&t.store, &registered, &[]).await);
     }
-    let finished = tokio::time::timeout(Duration::from_secs(LIMIT), async {
-        loop {
-            let all = events_of_all(&t.store, &parents).await;
-            if all.values().all(|e| is_finished(e)) {
-                return all;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    let finished = all_finished(&t.store, &parents).await;
     // A parent still waiting: are its children all done (it was never told)?
     let all = events_of_all(&t.store, &parents).await;
     let mut stuck = Vec::new();
@@ -1203,7 +1038,7 @@ pub async fn every_child_wakes_its_parent(backend: Backend) {
     }
     let rows = t.store.wakeups().await.unwrap();
     assert!(
-        finished.is_ok(),
+        finished.is_some(),
         "parents left waiting: {stuck:?}; wake-up queue: {rows:?}"
     );
     for (run, events) in &all {
@@ -1245,14 +1080,14 @@ steps:
 "#,
     )
     .expect("write");
-    let out = awl_output(&t.location, &["run", path.to_str().unwrap()]).await;
+    let out = awl(&t).output(&["run", path.to_str().unwrap()]).await;
     assert!(!out.status.success(), "a run over budget fails");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("(budget)") && err.contains("over its budget"),
         "{err}"
     );
-    let listed = awl_ok(&t.location, &["list", "--json"]).await;
+    let listed = awl(&t).ok(&["list", "--json"]).await;
     let run: Value = serde_json::from_str(listed.lines().next().expect("one run")).unwrap();
     let run_id = run["run_id"].as_str().unwrap().to_string();
     assert_eq!(run["cost_usd"], 1.2);
@@ -1329,7 +1164,9 @@ outputs:
     )
     .expect("write");
     let var = format!("base={base}");
-    let out = awl_output(&t.location, &["run", path.to_str().unwrap(), "--var", &var]).await;
+    let out = awl(&t)
+        .output(&["run", path.to_str().unwrap(), "--var", &var])
+        .await;
     assert!(
         out.status.success(),
         "{}",
@@ -1356,29 +1193,9 @@ outputs:
 
 // ---------------------------------------------------------------- registration
 
-/// `postgres::NAME` and `sqlite::NAME` tests for each listed test.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(crate::support::Backend::Postgres).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(crate::support::Backend::Sqlite).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both!(
+// `executor::postgres::NAME` and `executor::sqlite::NAME`.
+crate::support::on_both_stores!(
+    worker_threads = 4;
     a_killed_worker_loses_nothing,
     two_workers_never_run_one_attempt_at_once,
     hostile_inputs_stay_inert,

@@ -1,4 +1,9 @@
-//! Test fixtures: a store on a fresh database of either backend.
+//! Test fixtures: a store on a fresh database of either backend, bounded waits, and
+//! (in [`cli`]) the `awl` binary as a child process and (in [`events`]) readers of a
+//! run's events.
+
+pub mod cli;
+pub mod events;
 
 use std::time::Duration;
 
@@ -6,6 +11,31 @@ use awl::log::{AppendRequest, ExpectedVersion, NewEvent, StreamRef, StreamType};
 use awl::store::{EventStore, StoreLocation, StoreOptions};
 use serde_json::json;
 use sqlx::Connection;
+
+/// `postgres::NAME` and `sqlite::NAME` tokio tests on a multi-threaded runtime of
+/// `worker_threads` threads, for each listed `async fn NAME(Backend)` of the calling
+/// module: the same tests on both stores.
+macro_rules! on_both_stores {
+    (worker_threads = $threads:tt; $($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $name() {
+                    super::$name(crate::support::Backend::Postgres).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $name() {
+                    super::$name(crate::support::Backend::Sqlite).await;
+                }
+            )*
+        }
+    };
+}
+pub(crate) use on_both_stores;
 
 /// Which backend a conformance test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,4 +178,27 @@ pub async fn within<T>(secs: u64, what: &str, fut: impl std::future::Future<Outp
     tokio::time::timeout(Duration::from_secs(secs), fut)
         .await
         .unwrap_or_else(|_| panic!("timed out after {secs}s waiting for {what}"))
+}
+
+/// Call `probe` every 100 ms until it gives a value; `None` if `secs` seconds pass
+/// first (for a test that still wants to look around before it fails).
+pub async fn poll<T>(secs: u64, mut probe: impl AsyncFnMut() -> Option<T>) -> Option<T> {
+    tokio::time::timeout(Duration::from_secs(secs), async {
+        loop {
+            if let Some(found) = probe().await {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .ok()
+}
+
+/// Call `probe` every 100 ms until it gives a value, failing the test after `secs`
+/// seconds rather than hanging.
+pub async fn wait_for<T>(secs: u64, what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
+    poll(secs, probe)
+        .await
+        .unwrap_or_else(|| panic!("timed out after {secs}s waiting for {what}"))
 }

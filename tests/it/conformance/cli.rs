@@ -1,48 +1,15 @@
 //! The `awl` binary, driven as a user drives it: `awl migrate` and `awl events`
 //! (filters, `--json`, `--follow`) against both stores.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use awl::log::{ExpectedVersion, NewEvent, StreamType};
-use awl::store::StoreLocation;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::support::cli::{Awl, json_lines};
 use crate::support::{Backend, TestStore, append, stream, within};
-
-/// The store URL the binary is given through `DATABASE_URL`.
-fn url_of(location: &StoreLocation) -> String {
-    match location {
-        StoreLocation::Postgres(url) => url.clone(),
-        StoreLocation::Sqlite(path) => format!("sqlite://{}", path.display()),
-    }
-}
-
-fn awl(location: &StoreLocation, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_awl"))
-        .args(args)
-        .env("DATABASE_URL", url_of(location))
-        .env_remove("AWL_LOG")
-        .output()
-        .expect("run the awl binary")
-}
-
-fn stdout_of(output: &std::process::Output) -> String {
-    assert!(
-        output.status.success(),
-        "awl failed: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout.clone()).expect("utf-8 output")
-}
-
-fn json_lines(text: &str) -> Vec<Value> {
-    text.lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect()
-}
 
 /// Three streams of two types, with an actor on one event.
 async fn fill(t: &TestStore) {
@@ -77,8 +44,9 @@ async fn fill(t: &TestStore) {
 
 pub async fn migrate_is_idempotent_from_the_command_line(backend: Backend) {
     let t = TestStore::new(backend).await;
+    let awl = Awl::unbounded(&t.location);
     for _ in 0..2 {
-        let out = stdout_of(&awl(&t.location, &["migrate"]));
+        let out = awl.ok(&["migrate"]).await;
         assert!(out.starts_with("migrated "), "unexpected output: {out}");
     }
 }
@@ -86,8 +54,9 @@ pub async fn migrate_is_idempotent_from_the_command_line(backend: Backend) {
 pub async fn events_prints_the_log_filtered(backend: Backend) {
     let t = TestStore::new(backend).await;
     fill(&t).await;
+    let awl = Awl::unbounded(&t.location);
 
-    let all = json_lines(&stdout_of(&awl(&t.location, &["events", "--json"])));
+    let all = json_lines(&awl.ok(&["events", "--json"]).await);
     let positions: Vec<i64> = all
         .iter()
         .map(|e| e["position"].as_i64().unwrap())
@@ -97,10 +66,7 @@ pub async fn events_prints_the_log_filtered(backend: Backend) {
     assert_eq!(all[2]["metadata"]["actor"], "user:ada");
     assert_eq!(all[2]["payload"]["prompt"], "add a health check");
 
-    let runs = json_lines(&stdout_of(&awl(
-        &t.location,
-        &["events", "--json", "--stream-type", "run"],
-    )));
+    let runs = json_lines(&awl.ok(&["events", "--json", "--stream-type", "run"]).await);
     let types: Vec<&str> = runs
         .iter()
         .map(|e| e["event_type"].as_str().unwrap())
@@ -110,27 +76,24 @@ pub async fn events_prints_the_log_filtered(backend: Backend) {
         vec!["run.started", "run.step_scheduled", "run.completed"]
     );
 
-    let by_type = json_lines(&stdout_of(&awl(
-        &t.location,
-        &["events", "--json", "--type", "run.completed"],
-    )));
+    let by_type = json_lines(
+        &awl.ok(&["events", "--json", "--type", "run.completed"])
+            .await,
+    );
     assert_eq!(by_type.len(), 1);
     assert_eq!(by_type[0]["position"], 4);
 
-    let after = json_lines(&stdout_of(&awl(
-        &t.location,
-        &["events", "--json", "--after", "2", "--limit", "1"],
-    )));
+    let after = json_lines(
+        &awl.ok(&["events", "--json", "--after", "2", "--limit", "1"])
+            .await,
+    );
     assert_eq!(after.len(), 1);
     assert_eq!(after[0]["position"], 3);
 
-    let future = stdout_of(&awl(
-        &t.location,
-        &["events", "--json", "--since", "2999-01-01"],
-    ));
+    let future = awl.ok(&["events", "--json", "--since", "2999-01-01"]).await;
     assert!(future.is_empty(), "nothing was recorded in 2999: {future}");
 
-    let text = stdout_of(&awl(&t.location, &["events", "--stream", "t-1"]));
+    let text = awl.ok(&["events", "--stream", "t-1"]).await;
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(
         text.contains("task.queued") && text.contains("by user:ada"),
@@ -140,28 +103,27 @@ pub async fn events_prints_the_log_filtered(backend: Backend) {
 
 pub async fn events_refuses_bad_arguments_with_a_reason(backend: Backend) {
     let t = TestStore::new(backend).await;
-    let out = awl(&t.location, &["events", "--since", "yesterdayish"]);
+    let awl = Awl::unbounded(&t.location);
+    let out = awl.output(&["events", "--since", "yesterdayish"]).await;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--since"), "the error names the flag: {err}");
 
-    let out = awl(&t.location, &["events", "--stream-type", "rocket"]);
+    let out = awl.output(&["events", "--stream-type", "rocket"]).await;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("rocket"), "the error names the value: {err}");
 
-    let out = awl(&t.location, &["events", "--follow", "--limit", "3"]);
+    let out = awl.output(&["events", "--follow", "--limit", "3"]).await;
     assert!(!out.status.success());
 }
 
 pub async fn events_follow_prints_what_is_appended_later(backend: Backend) {
     let t = TestStore::new(backend).await;
     fill(&t).await;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_awl"))
-        .args(["events", "--json", "--follow", "--after", "3"])
-        .env("DATABASE_URL", url_of(&t.location))
+    let mut child = Awl::unbounded(&t.location)
+        .command(&["events", "--json", "--follow", "--after", "3"])
         .stdout(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .expect("start awl events --follow");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
