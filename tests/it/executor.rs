@@ -928,6 +928,10 @@ pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
         }
         StoreLocation::Sqlite(_) => tokio::time::sleep(Duration::from_millis(300)).await,
     }
+    assert!(
+        !release.is_finished(),
+        "the release did not wait for the approval's transaction: the race was not run"
+    );
     outside.commit().await.expect("commit the approval");
     within(LIMIT, "the release", release)
         .await
@@ -1087,8 +1091,9 @@ steps:
         err.contains("(budget)") && err.contains("over its budget"),
         "{err}"
     );
-    let listed = awl(&t).ok(&["list", "--json"]).await;
-    let run: Value = serde_json::from_str(listed.lines().next().expect("one run")).unwrap();
+    let listed = json_lines(&awl(&t).ok(&["list", "--json"]).await);
+    assert_eq!(listed.len(), 1, "one run: {listed:?}");
+    let run = &listed[0];
     let run_id = run["run_id"].as_str().unwrap().to_string();
     assert_eq!(run["cost_usd"], 1.2);
     let events = events_of(&t.store, &run_id).await;

@@ -1,11 +1,14 @@
 //! The `awl` binary, driven as a user drives it: `awl migrate` and `awl events`
 //! (filters, `--json`, `--follow`) against both stores.
 
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use awl::log::{ExpectedVersion, NewEvent, StreamType};
+use awl::store::{StoreLocation, StoreOptions};
 use serde_json::{Value, json};
+use sqlx::Connection;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::support::cli::{Awl, json_lines};
@@ -42,12 +45,89 @@ async fn fill(t: &TestStore) {
         .expect("append run");
 }
 
+/// The migrations recorded in the store's database, in order: version, checksum and
+/// when it was installed; `None` if nothing was ever migrated there.
+async fn applied_migrations(location: &StoreLocation) -> Option<Vec<(i64, Vec<u8>, String)>> {
+    match location {
+        StoreLocation::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+            let exists: bool =
+                sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+                    .fetch_one(&mut conn)
+                    .await
+                    .expect("look for the migrations table");
+            if !exists {
+                return None;
+            }
+            let rows = sqlx::query_as(
+                "SELECT version, checksum, installed_on::text FROM _sqlx_migrations \
+                  WHERE success ORDER BY version",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .expect("read the migrations table");
+            Some(rows)
+        }
+        StoreLocation::Sqlite(path) => {
+            let url = format!("sqlite://{}", path.display());
+            let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("open");
+            let tables: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+            )
+            .fetch_one(&mut conn)
+            .await
+            .expect("look for the migrations table");
+            if tables == 0 {
+                return None;
+            }
+            let rows = sqlx::query_as(
+                "SELECT version, checksum, CAST(installed_on AS TEXT) FROM _sqlx_migrations \
+                  WHERE success ORDER BY version",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .expect("read the migrations table");
+            Some(rows)
+        }
+    }
+}
+
 pub async fn migrate_is_idempotent_from_the_command_line(backend: Backend) {
-    let t = TestStore::new(backend).await;
+    // A database nothing has migrated yet, so the command itself does the work.
+    let unmigrated = StoreOptions {
+        migrate: false,
+        ..StoreOptions::default()
+    };
+    let t = TestStore::with_options(backend, unmigrated).await;
+    assert_eq!(
+        applied_migrations(&t.location).await,
+        None,
+        "a fresh database"
+    );
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(t.location.backend_name());
+    let files = std::fs::read_dir(&folder)
+        .expect("list the migrations")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension() == Some("sql".as_ref()))
+        })
+        .count();
+    let every_version: Vec<i64> = (1..=files as i64).collect();
+
     let awl = Awl::unbounded(&t.location);
+    let mut first_run = None;
     for _ in 0..2 {
         let out = awl.ok(&["migrate"]).await;
         assert!(out.starts_with("migrated "), "unexpected output: {out}");
+        let applied = applied_migrations(&t.location)
+            .await
+            .expect("awl migrate recorded what it applied");
+        let versions: Vec<i64> = applied.iter().map(|(v, _, _)| *v).collect();
+        assert_eq!(versions, every_version, "every migration, once");
+        // The second run applies nothing again.
+        assert_eq!(first_run.get_or_insert_with(|| applied.clone()), &applied);
     }
 }
 
@@ -116,6 +196,11 @@ pub async fn events_refuses_bad_arguments_with_a_reason(backend: Backend) {
 
     let out = awl.output(&["events", "--follow", "--limit", "3"]).await;
     assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--limit") && err.contains("--follow"),
+        "the error names the flags that do not go together: {err}"
+    );
 }
 
 pub async fn events_follow_prints_what_is_appended_later(backend: Backend) {
