@@ -15,9 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use awl::log::{AppendRequest, EventFilter, ExpectedVersion, NewEvent, StreamRef, StreamType};
-use awl::store::{EventStore, StoreLocation, StoreOptions, TAIL_PAGE};
+use awl::store::{EventStore, StoreOptions, TAIL_PAGE};
 use serde_json::json;
-use sqlx::Connection;
+
+mod support;
+use support::{Fresh, percentile};
 
 struct Config {
     seconds: f64,
@@ -30,11 +32,7 @@ fn config() -> Config {
     let mut c = Config {
         seconds: 5.0,
         only: None,
-        admin_url: std::env::var("AWL_BENCH_DATABASE_URL")
-            .or_else(|_| std::env::var("DATABASE_URL"))
-            .ok()
-            .filter(|u| u.starts_with("postgres"))
-            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+        admin_url: support::admin_url(),
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -46,70 +44,9 @@ fn config() -> Config {
     c
 }
 
-/// A fresh store; the returned guard drops its database or file.
-async fn fresh(kind: &str, cfg: &Config) -> (EventStore, Box<dyn std::any::Any>) {
-    match kind {
-        "postgres" => {
-            let name = format!("awl_bench_{}", uuid::Uuid::new_v4().simple());
-            let mut admin = sqlx::PgConnection::connect(&cfg.admin_url)
-                .await
-                .expect("connect to Postgres");
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut admin)
-                .await
-                .expect("create bench database");
-            let base = cfg
-                .admin_url
-                .rsplit_once('/')
-                .map_or(cfg.admin_url.as_str(), |(b, _)| b);
-            let location = StoreLocation::Postgres(format!("{base}/{name}"));
-            let store = EventStore::open(&location, StoreOptions::default())
-                .await
-                .expect("open");
-            (
-                store,
-                Box::new(DropDb {
-                    admin: cfg.admin_url.clone(),
-                    name,
-                }),
-            )
-        }
-        _ => {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let location = StoreLocation::sqlite(dir.path().join("bench.db"));
-            let store = EventStore::open(&location, StoreOptions::default())
-                .await
-                .expect("open");
-            (store, Box::new(dir))
-        }
-    }
-}
-
-struct DropDb {
-    admin: String,
-    name: String,
-}
-
-impl Drop for DropDb {
-    fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("rt");
-            rt.block_on(async move {
-                if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                    )))
-                    .execute(&mut c)
-                    .await;
-                }
-            });
-        })
-        .join();
-    }
+/// A fresh store with the default options.
+async fn fresh(kind: &str, cfg: &Config) -> Fresh {
+    support::fresh(kind, &cfg.admin_url, StoreOptions::default()).await
 }
 
 fn batch(n: usize, seq: u64) -> Vec<NewEvent> {
@@ -181,33 +118,38 @@ async fn append_rate(
     total.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 async fn bench_backend(kind: &str, cfg: &Config) {
     println!("\n### {kind}\n");
     println!("| writers | events per append | mode | events/s |");
     println!("|---:|---:|---|---:|");
-    let mut biggest: Option<(EventStore, Box<dyn std::any::Any>)> = None;
+    let mut biggest: Option<Fresh> = None;
     for writers in [1usize, 16] {
         for size in [1usize, 10] {
-            let (store, guard) = fresh(kind, cfg).await;
-            let rate = append_rate(&store, writers, size, Mode::GroupCommit, cfg.seconds).await;
+            let fresh = fresh(kind, cfg).await;
+            let rate =
+                append_rate(&fresh.store, writers, size, Mode::GroupCommit, cfg.seconds).await;
             println!("| {writers} | {size} | group commit | {rate:.0} |");
             if writers == 16 && size == 10 {
-                biggest = Some((store, guard));
+                biggest = Some(fresh);
             }
         }
     }
     for (writers, size) in [(1usize, 1usize), (16, 1), (16, 10)] {
-        let (store, _guard) = fresh(kind, cfg).await;
-        let rate = append_rate(&store, writers, size, Mode::TransactionEach, cfg.seconds).await;
+        let fresh = fresh(kind, cfg).await;
+        let rate = append_rate(
+            &fresh.store,
+            writers,
+            size,
+            Mode::TransactionEach,
+            cfg.seconds,
+        )
+        .await;
         println!("| {writers} | {size} | transaction each | {rate:.0} |");
     }
 
     // Load a 1,000-event stream.
-    let (store, _guard) = fresh(kind, cfg).await;
+    let fresh = fresh(kind, cfg).await;
+    let store = &fresh.store;
     let stream = StreamRef::new(StreamType::Run, "thousand");
     for chunk in 0..10 {
         let expected = if chunk == 0 {
@@ -240,7 +182,8 @@ async fn bench_backend(kind: &str, cfg: &Config) {
     );
 
     // Read the whole log.
-    if let Some((store, _guard)) = biggest {
+    if let Some(fresh) = biggest {
+        let store = &fresh.store;
         let head = store.head().await.expect("head");
         let start = Instant::now();
         let (mut after, mut rows) = (0i64, 0u64);

@@ -22,11 +22,13 @@ use awl::executor::definitions::{self, Registered};
 use awl::executor::{Worker, WorkerConfig, system_clock};
 use awl::log::{StreamRef, StreamType};
 use awl::runners::{Runners, RunnersConfig};
-use awl::store::{EventStore, StoreLocation, StoreOptions, domain_io};
+use awl::store::{EventStore, StoreOptions, domain_io};
 use chrono::Utc;
 use serde_json::Map;
-use sqlx::Connection;
 use tokio::sync::watch;
+
+mod support;
+use support::{Fresh, percentile};
 
 struct Config {
     only: Option<String>,
@@ -39,11 +41,7 @@ fn config() -> Config {
     let mut c = Config {
         only: None,
         runs: 1_000,
-        admin_url: std::env::var("AWL_BENCH_DATABASE_URL")
-            .or_else(|_| std::env::var("DATABASE_URL"))
-            .ok()
-            .filter(|u| u.starts_with("postgres"))
-            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+        admin_url: support::admin_url(),
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -55,80 +53,13 @@ fn config() -> Config {
     c
 }
 
-struct Fresh {
-    store: EventStore,
-    location: StoreLocation,
-    _guard: Box<dyn std::any::Any>,
-}
-
+/// A fresh store with a pool big enough for the workers.
 async fn fresh(kind: &str, cfg: &Config) -> Fresh {
     let options = StoreOptions {
         max_connections: 32,
         ..StoreOptions::default()
     };
-    match kind {
-        "postgres" => {
-            let name = format!("awl_bench_{}", uuid::Uuid::new_v4().simple());
-            let mut admin = sqlx::PgConnection::connect(&cfg.admin_url)
-                .await
-                .expect("connect");
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut admin)
-                .await
-                .expect("create database");
-            let base = cfg
-                .admin_url
-                .rsplit_once('/')
-                .map_or(cfg.admin_url.as_str(), |(b, _)| b);
-            let location = StoreLocation::Postgres(format!("{base}/{name}"));
-            let store = EventStore::open(&location, options).await.expect("open");
-            Fresh {
-                store,
-                location,
-                _guard: Box::new(DropDb {
-                    admin: cfg.admin_url.clone(),
-                    name,
-                }),
-            }
-        }
-        _ => {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let location = StoreLocation::sqlite(dir.path().join("bench.db"));
-            let store = EventStore::open(&location, options).await.expect("open");
-            Fresh {
-                store,
-                location,
-                _guard: Box::new(dir),
-            }
-        }
-    }
-}
-
-struct DropDb {
-    admin: String,
-    name: String,
-}
-
-impl Drop for DropDb {
-    fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("rt");
-            rt.block_on(async move {
-                if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                    )))
-                    .execute(&mut c)
-                    .await;
-                }
-            });
-        })
-        .join();
-    }
+    support::fresh(kind, &cfg.admin_url, options).await
 }
 
 /// A workflow of `steps` no-op tool steps.
@@ -249,10 +180,6 @@ async fn throughput(kind: &str, cfg: &Config, workers: usize, body: &str) -> (f6
     assert_eq!(succeeded, ids.len(), "every run succeeded");
     let steps = (ids.len() * 10) as f64;
     (steps / elapsed, elapsed)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 /// From `start_run` returning to the first step's `run.step_started` being committed,
