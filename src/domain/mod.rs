@@ -5,11 +5,12 @@
 //! folds an event into the state and never fails. Nothing in this module does I/O or
 //! reads a clock: commands carry the time (`at`) they were issued.
 //!
-//! cqrs-es drives the aggregates through [`cqrs_es::Aggregate`]; its `handle` is a
-//! thin adapter over `decide` (see [`handle_with`]). The events are a permanent wire
-//! format: each variant has an explicit, dotted type name (`task.queued`) that equals
-//! its serde tag, and a schema version. Old versions load through the upcasters in
-//! [`upcasters`].
+//! cqrs-es drives the aggregates through [`cqrs_es::Aggregate`], implemented for each
+//! by one macro (`impl_aggregate!`): its `handle` is a thin adapter over `decide` (see
+//! [`handle_with`]) and its `apply` is the aggregate's own `apply_event`. The events
+//! are a permanent wire format: each variant has an explicit, dotted type name
+//! (`task.queued`) that equals its serde tag, and a schema version. Old versions load
+//! through the upcasters in [`upcasters`].
 //!
 //! | stream     | aggregate                          | what one stream holds                     |
 //! |------------|------------------------------------|-------------------------------------------|
@@ -46,6 +47,38 @@ pub async fn handle_with<A: Decide>(
     }
     Ok(())
 }
+
+/// `impl cqrs_es::Aggregate` for one of the aggregates of this module, the same way for
+/// each: `TYPE` is the stream type, `handle` is [`handle_with`] (so cqrs-es goes through
+/// `decide`), `apply` is the aggregate's inherent `apply_event`, and there are no
+/// services (the domain does no I/O).
+///
+/// `impl_aggregate!(Task, "task", TaskCommand, TaskEvent, TaskError);`
+macro_rules! impl_aggregate {
+    ($aggregate:ty, $stream_type:literal, $command:ty, $event:ty, $error:ty) => {
+        impl cqrs_es::Aggregate for $aggregate {
+            const TYPE: &'static str = $stream_type;
+            type Command = $command;
+            type Event = $event;
+            type Error = $error;
+            type Services = ();
+
+            async fn handle(
+                &mut self,
+                command: Self::Command,
+                _services: &Self::Services,
+                sink: &cqrs_es::event_sink::EventSink<Self>,
+            ) -> Result<(), Self::Error> {
+                $crate::domain::handle_with(self, command, sink).await
+            }
+
+            fn apply(&mut self, event: Self::Event) {
+                self.apply_event(event);
+            }
+        }
+    };
+}
+pub(crate) use impl_aggregate;
 
 /// Fold `given` events into a fresh aggregate and decide `when`: the shape of every
 /// given / when / then test in this module.

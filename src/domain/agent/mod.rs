@@ -21,8 +21,6 @@ mod upcast;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use cqrs_es::Aggregate;
-use cqrs_es::event_sink::EventSink;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::ids::AgentId;
@@ -120,23 +118,12 @@ impl Agent {
     }
 }
 
-impl Aggregate for Agent {
-    const TYPE: &'static str = "agent";
-    type Command = AgentCommand;
-    type Event = AgentEvent;
-    type Error = AgentError;
-    type Services = ();
+crate::domain::impl_aggregate!(Agent, "agent", AgentCommand, AgentEvent, AgentError);
 
-    async fn handle(
-        &mut self,
-        command: Self::Command,
-        _services: &Self::Services,
-        sink: &EventSink<Self>,
-    ) -> Result<(), Self::Error> {
-        crate::domain::handle_with(self, command, sink).await
-    }
-
-    fn apply(&mut self, event: Self::Event) {
+impl Agent {
+    /// Fold one event into the state (`Aggregate::apply`): it records what happened and
+    /// never fails, since `decide` already refused whatever was not allowed.
+    fn apply_event(&mut self, event: AgentEvent) {
         self.updated_at = Some(event.at());
         match event {
             AgentEvent::Registered {

@@ -27,8 +27,6 @@ mod types;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use cqrs_es::Aggregate;
-use cqrs_es::event_sink::EventSink;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -269,23 +267,12 @@ impl Run {
     }
 }
 
-impl Aggregate for Run {
-    const TYPE: &'static str = "run";
-    type Command = RunCommand;
-    type Event = RunEvent;
-    type Error = RunError;
-    type Services = ();
+crate::domain::impl_aggregate!(Run, "run", RunCommand, RunEvent, RunError);
 
-    async fn handle(
-        &mut self,
-        command: Self::Command,
-        _services: &Self::Services,
-        sink: &EventSink<Self>,
-    ) -> Result<(), Self::Error> {
-        crate::domain::handle_with(self, command, sink).await
-    }
-
-    fn apply(&mut self, event: Self::Event) {
+impl Run {
+    /// Fold one event into the state (`Aggregate::apply`): it records what happened and
+    /// never fails, since `decide` already refused whatever was not allowed.
+    fn apply_event(&mut self, event: RunEvent) {
         self.updated_at = Some(event.at());
         match event {
             RunEvent::Started {
@@ -534,9 +521,7 @@ impl Aggregate for Run {
         }
         self.settle();
     }
-}
 
-impl Run {
     fn decide_gate(&mut self, gate_id: &GateId, decision: GateDecision) {
         if let Some(gate) = self.gates.iter_mut().find(|g| &g.gate_id == gate_id) {
             gate.decision = Some(decision);

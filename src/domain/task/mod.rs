@@ -22,8 +22,6 @@ mod tests;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use cqrs_es::Aggregate;
-use cqrs_es::event_sink::EventSink;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -316,23 +314,12 @@ impl Task {
     }
 }
 
-impl Aggregate for Task {
-    const TYPE: &'static str = "task";
-    type Command = TaskCommand;
-    type Event = TaskEvent;
-    type Error = TaskError;
-    type Services = ();
+crate::domain::impl_aggregate!(Task, "task", TaskCommand, TaskEvent, TaskError);
 
-    async fn handle(
-        &mut self,
-        command: Self::Command,
-        _services: &Self::Services,
-        sink: &EventSink<Self>,
-    ) -> Result<(), Self::Error> {
-        crate::domain::handle_with(self, command, sink).await
-    }
-
-    fn apply(&mut self, event: Self::Event) {
+impl Task {
+    /// Fold one event into the state (`Aggregate::apply`): it records what happened and
+    /// never fails, since `decide` already refused whatever was not allowed.
+    fn apply_event(&mut self, event: TaskEvent) {
         self.updated_at = Some(event.at());
         match event {
             TaskEvent::Queued {

@@ -41,8 +41,6 @@ mod types;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use cqrs_es::Aggregate;
-use cqrs_es::event_sink::EventSink;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::ids::{ProposalId, WorkflowName};
@@ -175,23 +173,18 @@ impl WorkflowDefinition {
     }
 }
 
-impl Aggregate for WorkflowDefinition {
-    const TYPE: &'static str = "workflow";
-    type Command = WorkflowCommand;
-    type Event = WorkflowEvent;
-    type Error = WorkflowError;
-    type Services = ();
+crate::domain::impl_aggregate!(
+    WorkflowDefinition,
+    "workflow",
+    WorkflowCommand,
+    WorkflowEvent,
+    WorkflowError
+);
 
-    async fn handle(
-        &mut self,
-        command: Self::Command,
-        _services: &Self::Services,
-        sink: &EventSink<Self>,
-    ) -> Result<(), Self::Error> {
-        crate::domain::handle_with(self, command, sink).await
-    }
-
-    fn apply(&mut self, event: Self::Event) {
+impl WorkflowDefinition {
+    /// Fold one event into the state (`Aggregate::apply`): it records what happened and
+    /// never fails, since `decide` already refused whatever was not allowed.
+    fn apply_event(&mut self, event: WorkflowEvent) {
         self.updated_at = Some(event.at());
         match event {
             WorkflowEvent::VersionRegistered {
