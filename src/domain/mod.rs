@@ -23,6 +23,8 @@ pub mod agent;
 pub mod ids;
 pub mod run;
 pub mod task;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod upcasters;
 pub mod workflow;
 pub mod workspace;
@@ -79,16 +81,3 @@ macro_rules! impl_aggregate {
     };
 }
 pub(crate) use impl_aggregate;
-
-/// Fold `given` events into a fresh aggregate and decide `when`: the shape of every
-/// given / when / then test in this module.
-pub fn given_when<A: Decide>(
-    given: impl IntoIterator<Item = A::Event>,
-    when: A::Command,
-) -> Result<Vec<A::Event>, A::Error> {
-    let mut aggregate = A::default();
-    for event in given {
-        aggregate.apply(event);
-    }
-    aggregate.decide(when)
-}

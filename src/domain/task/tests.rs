@@ -5,23 +5,49 @@
 //! (including "never queued") and checks every command against it, from an allowed-set
 //! declared here independently of `decide.rs`.
 
-use chrono::{DateTime, Duration, TimeZone, Utc};
+use chrono::{DateTime, Utc};
+use cqrs_es::Aggregate;
 use cqrs_es::event_sink::EventSink;
-use cqrs_es::{Aggregate, DomainEvent};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::TaskStatus::*;
 use super::*;
-use crate::domain::given_when;
 use crate::domain::ids::{QuestionId, RunId, StepId};
+use crate::domain::testing::{Stream, assert_wire_format, case, check, fold, given_when, t};
+
+impl Stream for TaskEvent {
+    type Of = Task;
+    const VARIANTS: usize = 15;
+
+    fn variant(&self) -> usize {
+        match self {
+            TaskEvent::Queued { .. } => 0,
+            TaskEvent::Assigned { .. } => 1,
+            TaskEvent::Delivered { .. } => 2,
+            TaskEvent::Acknowledged { .. } => 3,
+            TaskEvent::Requeued { .. } => 4,
+            TaskEvent::ProgressReported { .. } => 5,
+            TaskEvent::ToolCallReported { .. } => 6,
+            TaskEvent::QuestionAsked { .. } => 7,
+            TaskEvent::QuestionAnswered { .. } => 8,
+            TaskEvent::SubmittedForReview { .. } => 9,
+            TaskEvent::Approved { .. } => 10,
+            TaskEvent::ChangesRequested { .. } => 11,
+            TaskEvent::Completed { .. } => 12,
+            TaskEvent::Failed { .. } => 13,
+            TaskEvent::Cancelled { .. } => 14,
+        }
+    }
+
+    fn time(&self) -> DateTime<Utc> {
+        self.at()
+    }
+}
+
+type Then = crate::domain::testing::Then<TaskEvent>;
 
 // ---- fixtures -------------------------------------------------------------------
-
-/// `s` seconds after a fixed instant.
-fn t(s: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2025, 1, 1, 12, 0, 0).unwrap() + Duration::seconds(s)
-}
 
 /// When the matrix issues its commands: after every event of every path, and after
 /// the ack deadline.
@@ -355,32 +381,7 @@ fn after(status: TaskStatus, more: impl IntoIterator<Item = TaskEvent>) -> Vec<T
     events
 }
 
-fn fold(events: impl IntoIterator<Item = TaskEvent>) -> Task {
-    let mut task = Task::default();
-    for event in events {
-        task.apply(event);
-    }
-    task
-}
-
-// ---- the table runner ------------------------------------------------------------
-
-type Then = Result<Vec<TaskEvent>, TaskError>;
-type Case = (String, Vec<TaskEvent>, TaskCommand, Then);
-
-fn case(name: &str, given: Vec<TaskEvent>, when: TaskCommand, then: Then) -> Case {
-    (name.to_string(), given, when, then)
-}
-
-fn check(cases: Vec<Case>) -> usize {
-    assert!(!cases.is_empty());
-    let count = cases.len();
-    for (name, given, when, then) in cases {
-        let got = given_when::<Task>(given, when);
-        assert_eq!(got, then, "case: {name}");
-    }
-    count
-}
+// ---- expected errors ---------------------------------------------------------------
 
 fn invalid(status: TaskStatus, action: TaskAction, allowed: &'static [TaskStatus]) -> TaskError {
     TaskError::InvalidTransition {
@@ -1040,7 +1041,7 @@ fn every_command_in_every_state() {
 
 #[test]
 fn the_paths_reach_the_states_they_are_named_after() {
-    assert_eq!(fold([]).status(), None);
+    assert_eq!(Task::default().status(), None);
     for status in TaskStatus::ALL {
         for review_required in [true, false] {
             let task = fold(path(status, review_required));
@@ -1308,53 +1309,9 @@ fn every_event() -> Vec<TaskEvent> {
     ]
 }
 
-/// Exhaustive on purpose: a new variant does not compile until it is listed here, and
-/// the test below then fails until `every_event` has an instance of it.
-fn variant_index(event: &TaskEvent) -> usize {
-    match event {
-        TaskEvent::Queued { .. } => 0,
-        TaskEvent::Assigned { .. } => 1,
-        TaskEvent::Delivered { .. } => 2,
-        TaskEvent::Acknowledged { .. } => 3,
-        TaskEvent::Requeued { .. } => 4,
-        TaskEvent::ProgressReported { .. } => 5,
-        TaskEvent::ToolCallReported { .. } => 6,
-        TaskEvent::QuestionAsked { .. } => 7,
-        TaskEvent::QuestionAnswered { .. } => 8,
-        TaskEvent::SubmittedForReview { .. } => 9,
-        TaskEvent::Approved { .. } => 10,
-        TaskEvent::ChangesRequested { .. } => 11,
-        TaskEvent::Completed { .. } => 12,
-        TaskEvent::Failed { .. } => 13,
-        TaskEvent::Cancelled { .. } => 14,
-    }
-}
-const VARIANTS: usize = 15;
-
 #[test]
 fn every_event_is_tagged_with_its_type_and_round_trips() {
-    let events = every_event();
-    let covered: std::collections::BTreeSet<usize> = events.iter().map(variant_index).collect();
-    assert_eq!(
-        covered,
-        (0..VARIANTS).collect(),
-        "every variant has an instance"
-    );
-    let mut types = std::collections::BTreeSet::new();
-    for event in events {
-        let value = serde_json::to_value(&event).unwrap();
-        let object = value.as_object().unwrap();
-        assert_eq!(object.len(), 1, "{value}");
-        let (tag, payload) = object.iter().next().unwrap();
-        assert_eq!(tag, &event.event_type());
-        assert!(tag.starts_with("task."), "{tag}");
-        assert!(payload.is_object(), "{tag}: the payload is an object");
-        assert!(payload.get("at").is_some(), "{tag} carries its time");
-        assert_eq!(event.event_version(), "1");
-        assert_eq!(serde_json::from_value::<TaskEvent>(value).unwrap(), event);
-        types.insert(event.event_type());
-    }
-    assert_eq!(types.len(), VARIANTS, "event types are distinct");
+    assert_wire_format(every_event(), |_| "1");
 }
 
 #[test]

@@ -7,23 +7,40 @@
 
 use std::collections::BTreeSet;
 
-use chrono::{DateTime, Duration, TimeZone, Utc};
+use chrono::{DateTime, Utc};
+use cqrs_es::Aggregate;
 use cqrs_es::event_sink::EventSink;
-use cqrs_es::{Aggregate, DomainEvent};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::*;
-use crate::domain::given_when;
 use crate::domain::ids::RunId;
+use crate::domain::testing::{Stream, assert_wire_format, case, check, fold, given_when, t};
 use crate::log::StreamType;
 
-// ---- fixtures -------------------------------------------------------------------
+impl Stream for WorkflowEvent {
+    type Of = WorkflowDefinition;
+    const VARIANTS: usize = 6;
 
-/// `s` seconds after a fixed instant.
-fn t(s: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2025, 1, 1, 12, 0, 0).unwrap() + Duration::seconds(s)
+    fn variant(&self) -> usize {
+        match self {
+            WorkflowEvent::VersionRegistered { .. } => 0,
+            WorkflowEvent::Proposed { .. } => 1,
+            WorkflowEvent::ProposalApproved { .. } => 2,
+            WorkflowEvent::ProposalRejected { .. } => 3,
+            WorkflowEvent::VersionRetired { .. } => 4,
+            WorkflowEvent::Retired { .. } => 5,
+        }
+    }
+
+    fn time(&self) -> DateTime<Utc> {
+        self.at()
+    }
 }
+
+type Then = crate::domain::testing::Then<WorkflowEvent>;
+
+// ---- fixtures -------------------------------------------------------------------
 
 /// When the matrix issues its commands: after every event of every path.
 const LATE: i64 = 100;
@@ -322,36 +339,6 @@ fn after(state: State, more: impl IntoIterator<Item = WorkflowEvent>) -> Vec<Wor
     let mut events = path(state);
     events.extend(more);
     events
-}
-
-fn fold(events: impl IntoIterator<Item = WorkflowEvent>) -> WorkflowDefinition {
-    let mut workflow = WorkflowDefinition::default();
-    for event in events {
-        workflow.apply(event);
-    }
-    workflow
-}
-
-// ---- the table runner ------------------------------------------------------------
-
-type Then = Result<Vec<WorkflowEvent>, WorkflowError>;
-type Case = (String, Vec<WorkflowEvent>, WorkflowCommand, Then);
-
-fn case(name: &str, given: Vec<WorkflowEvent>, when: WorkflowCommand, then: Then) -> Case {
-    (name.to_string(), given, when, then)
-}
-
-fn check(cases: Vec<Case>) -> usize {
-    assert!(!cases.is_empty());
-    let count = cases.len();
-    for (name, given, when, then) in cases {
-        assert_eq!(
-            given_when::<WorkflowDefinition>(given, when),
-            then,
-            "case: {name}"
-        );
-    }
-    count
 }
 
 // ---- expected errors ---------------------------------------------------------------
@@ -1867,48 +1854,10 @@ fn every_event() -> Vec<WorkflowEvent> {
     events
 }
 
-/// Exhaustive on purpose: a new variant does not compile until it is listed here, and
-/// the test below then fails until `every_event` has an instance of it.
-fn variant_index(event: &WorkflowEvent) -> usize {
-    match event {
-        WorkflowEvent::VersionRegistered { .. } => 0,
-        WorkflowEvent::Proposed { .. } => 1,
-        WorkflowEvent::ProposalApproved { .. } => 2,
-        WorkflowEvent::ProposalRejected { .. } => 3,
-        WorkflowEvent::VersionRetired { .. } => 4,
-        WorkflowEvent::Retired { .. } => 5,
-    }
-}
-const VARIANTS: usize = 6;
-
 #[test]
 fn every_event_is_tagged_with_its_type_and_round_trips() {
-    let events = every_event();
-    let covered: BTreeSet<usize> = events.iter().map(variant_index).collect();
-    assert_eq!(
-        covered,
-        (0..VARIANTS).collect(),
-        "every variant has an instance"
-    );
-    let mut types = BTreeSet::new();
-    for event in events {
-        let value = serde_json::to_value(&event).unwrap();
-        let object = value.as_object().unwrap();
-        assert_eq!(object.len(), 1, "{value}");
-        let (tag, payload) = object.iter().next().unwrap();
-        assert_eq!(tag, &event.event_type());
-        assert!(tag.starts_with("workflow."), "{tag}");
-        assert!(payload.is_object(), "{tag}: the payload is an object");
-        assert!(payload.get("at").is_some(), "{tag} carries its time");
-        assert_eq!(event.event_version(), "1");
-        assert_eq!(event.event_version(), SCHEMA_VERSION.to_string());
-        assert_eq!(
-            serde_json::from_value::<WorkflowEvent>(value).unwrap(),
-            event
-        );
-        types.insert(event.event_type());
-    }
-    assert_eq!(types.len(), VARIANTS, "event types are distinct");
+    assert_wire_format(every_event(), |_| "1");
+    assert_eq!(SCHEMA_VERSION, 1);
 }
 
 #[test]
@@ -1994,8 +1943,12 @@ fn payloads_read_as_documented() {
             }}),
         ),
     ];
-    let covered: BTreeSet<usize> = cases.iter().map(|(e, _)| variant_index(e)).collect();
-    assert_eq!(covered.len(), VARIANTS, "every variant has a literal");
+    let covered: BTreeSet<usize> = cases.iter().map(|(e, _)| e.variant()).collect();
+    assert_eq!(
+        covered.len(),
+        WorkflowEvent::VARIANTS,
+        "every variant has a literal"
+    );
     for (event, literal) in cases {
         assert_eq!(serde_json::to_value(&event).unwrap(), literal);
         // And the literal, as a stored row would hand it over, reads back as the event.

@@ -1,23 +1,54 @@
 //! One helper per event and per command (each command helper takes the arguments of the
 //! event helper of the same name, so a case reads `schedule(..)` -> `step_scheduled(..)`),
-//! the streams that reach each run status, and the table runner.
+//! the streams that reach each run status, and the shared table runner.
 
-use chrono::{DateTime, Duration, TimeZone, Utc};
-use cqrs_es::Aggregate;
+use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::domain::given_when;
 use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 use crate::domain::run::RunStatus::*;
 use crate::domain::run::*;
+use crate::domain::testing::Stream;
+pub(super) use crate::domain::testing::{case, check, fold, t};
+
+impl Stream for RunEvent {
+    type Of = Run;
+    const VARIANTS: usize = 19;
+
+    fn variant(&self) -> usize {
+        match self {
+            RunEvent::Started { .. } => 0,
+            RunEvent::StepScheduled { .. } => 1,
+            RunEvent::StepStarted { .. } => 2,
+            RunEvent::StepSucceeded { .. } => 3,
+            RunEvent::StepFailed { .. } => 4,
+            RunEvent::StepRetried { .. } => 5,
+            RunEvent::StepSkipped { .. } => 6,
+            RunEvent::RecoveryApplied { .. } => 7,
+            RunEvent::GateOpened { .. } => 8,
+            RunEvent::GateApproved { .. } => 9,
+            RunEvent::GateRejected { .. } => 10,
+            RunEvent::GateExpired { .. } => 11,
+            RunEvent::CostCharged { .. } => 12,
+            RunEvent::BudgetExceeded { .. } => 13,
+            RunEvent::CompensationStarted { .. } => 14,
+            RunEvent::CompensationStepRan { .. } => 15,
+            RunEvent::Completed { .. } => 16,
+            RunEvent::Failed { .. } => 17,
+            RunEvent::Cancelled { .. } => 18,
+        }
+    }
+
+    fn time(&self) -> DateTime<Utc> {
+        self.at()
+    }
+}
+
+pub(super) type Then = crate::domain::testing::Then<RunEvent>;
+pub(super) type Case = crate::domain::testing::Case<RunEvent>;
 
 // ---- time and ids ------------------------------------------------------------------
-
-/// `s` seconds after a fixed instant.
-pub(super) fn t(s: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2025, 1, 1, 12, 0, 0).unwrap() + Duration::seconds(s)
-}
 
 /// `ms` milliseconds after `at`.
 pub(super) fn plus_ms(at: DateTime<Utc>, ms: i64) -> DateTime<Utc> {
@@ -611,34 +642,6 @@ pub(super) fn then(
 ) -> Vec<RunEvent> {
     events.extend(more);
     events
-}
-
-pub(super) fn fold(events: impl IntoIterator<Item = RunEvent>) -> Run {
-    let mut run = Run::default();
-    for event in events {
-        run.apply(event);
-    }
-    run
-}
-
-// ---- the table runner ----------------------------------------------------------------
-
-pub(super) type Then = Result<Vec<RunEvent>, RunError>;
-pub(super) type Case = (String, Vec<RunEvent>, RunCommand, Then);
-
-pub(super) fn case(name: &str, given: Vec<RunEvent>, when: RunCommand, then: Then) -> Case {
-    (name.to_string(), given, when, then)
-}
-
-/// Check every case and return how many there were.
-pub(super) fn check(cases: Vec<Case>) -> usize {
-    assert!(!cases.is_empty());
-    let count = cases.len();
-    for (name, given, when, then) in cases {
-        let got = given_when::<Run>(given, when);
-        assert_eq!(got, then, "case: {name}");
-    }
-    count
 }
 
 // ---- the errors, with this run's id filled in ---------------------------------------

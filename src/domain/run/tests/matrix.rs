@@ -278,7 +278,7 @@ fn every_command_in_every_run_status() {
 
 #[test]
 fn the_paths_reach_the_statuses_they_are_named_after() {
-    assert_eq!(fold([]).status(), None);
+    assert_eq!(Run::default().status(), None);
     for status in RunStatus::ALL {
         let run = fold(path(status));
         assert_eq!(run.status(), Some(status));

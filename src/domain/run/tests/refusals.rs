@@ -2,9 +2,9 @@
 //! messages a person reads.
 
 use super::fixtures::*;
-use crate::domain::given_when;
 use crate::domain::run::RunStatus::*;
 use crate::domain::run::*;
+use crate::domain::testing::given_when;
 
 #[test]
 fn refused_starts() {
