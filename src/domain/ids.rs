@@ -210,20 +210,33 @@ mod tests {
             AgentId::try_from(""),
             Err(IdError::Empty { kind: "agent id" })
         );
-        assert!(matches!(
+        assert_eq!(
             StepId::try_from("a b"),
-            Err(IdError::BadCharacter { found: ' ', .. })
-        ));
-        assert!(matches!(
+            Err(IdError::BadCharacter {
+                kind: "step id",
+                value: "a b".into(),
+                found: ' ',
+            })
+        );
+        assert!(WorkflowName::try_from("x".repeat(MAX_NAME_LEN)).is_ok());
+        assert_eq!(
             WorkflowName::try_from("x".repeat(MAX_NAME_LEN + 1)),
-            Err(IdError::TooLong { .. })
-        ));
+            Err(IdError::TooLong {
+                kind: "workflow name",
+                value: "x".repeat(MAX_NAME_LEN + 1),
+                max: MAX_NAME_LEN,
+            })
+        );
     }
 
     #[test]
     fn names_refuse_bad_values_when_deserialized() {
         let err = serde_json::from_str::<AgentId>("\"rm -rf\"").unwrap_err();
-        assert!(err.to_string().contains("may contain only"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "agent id \"rm -rf\" may contain only letters, digits, '-', '_', '.', ':' and '/' \
+             (found ' ')"
+        );
     }
 
     #[test]

@@ -431,7 +431,14 @@ async fn cqrs_es_drives_decide_through_handle() {
         .await
         .unwrap();
     agent.handle(retire(t(2)), &(), &sink).await.unwrap();
-    assert!(agent.handle(retire(t(3)), &(), &sink).await.is_err());
+    assert_eq!(
+        agent.handle(retire(t(3)), &(), &sink).await,
+        Err(AgentError::Retired {
+            agent: a1(),
+            reason: "decommissioned".into(),
+            action: AgentAction::Retire,
+        })
+    );
     assert_eq!(
         sink.collect().await,
         vec![registered(rust(), None, t(0)), retired(t(2))]

@@ -1357,13 +1357,10 @@ async fn cqrs_es_drives_decide_through_handle() {
     task.handle(queue(true, t(0)), &(), &sink).await.unwrap();
     task.handle(assign(a1(), t(1)), &(), &sink).await.unwrap();
     let refused = task.handle(ack(a1(), t(2)), &(), &sink).await;
-    assert!(matches!(
+    assert_eq!(
         refused,
-        Err(TaskError::InvalidTransition {
-            status: Assigned,
-            ..
-        })
-    ));
+        Err(invalid(Assigned, TaskAction::Ack, &[PendingAck]))
+    );
     assert_eq!(task.status(), Some(Assigned));
     assert_eq!(
         sink.collect().await,

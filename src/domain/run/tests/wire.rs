@@ -298,33 +298,48 @@ fn optional_fields_may_be_absent() {
 
 #[test]
 fn malformed_payloads_are_refused() {
+    // (payload, the start of the reason it is refused with)
     let refused = [
-        json!({"run.exploded": {"at": "2025-01-01T12:00:00Z"}}),
-        json!({"run.step_failed": {
-            "step_id": "deploy",
-            "attempt": 1,
-            "error": {"class": "cosmic_ray", "message": "?"},
-            "at": "2025-01-01T12:00:00Z",
-        }}),
-        json!({"run.step_skipped": {"step_id": "not a step", "reason": "r", "at": "2025-01-01T12:00:00Z"}}),
-        json!({"run.recovery_applied": {
-            "step_id": "deploy",
-            "error_class": "network",
-            "action": {"kind": "pray"},
-            "at": "2025-01-01T12:00:00Z",
-        }}),
-        json!({"run.step_started": {
-            "step_id": "deploy",
-            "attempt": -1,
-            "idempotency_key": "k",
-            "at": "2025-01-01T12:00:00Z",
-        }}),
+        (
+            json!({"run.exploded": {"at": "2025-01-01T12:00:00Z"}}),
+            "unknown variant `run.exploded`, expected one of `run.started`, ",
+        ),
+        (
+            json!({"run.step_failed": {
+                "step_id": "deploy",
+                "attempt": 1,
+                "error": {"class": "cosmic_ray", "message": "?"},
+                "at": "2025-01-01T12:00:00Z",
+            }}),
+            "unknown variant `cosmic_ray`, expected one of `network`, ",
+        ),
+        (
+            json!({"run.step_skipped": {"step_id": "not a step", "reason": "r", "at": "2025-01-01T12:00:00Z"}}),
+            "step id \"not a step\" may contain only letters, digits, '-', '_', '.', ':' and '/' \
+             (found ' ')",
+        ),
+        (
+            json!({"run.recovery_applied": {
+                "step_id": "deploy",
+                "error_class": "network",
+                "action": {"kind": "pray"},
+                "at": "2025-01-01T12:00:00Z",
+            }}),
+            "unknown variant `pray`, expected one of `retry`, ",
+        ),
+        (
+            json!({"run.step_started": {
+                "step_id": "deploy",
+                "attempt": -1,
+                "idempotency_key": "k",
+                "at": "2025-01-01T12:00:00Z",
+            }}),
+            "invalid value: integer `-1`, expected u32",
+        ),
     ];
-    for value in refused {
-        assert!(
-            serde_json::from_value::<RunEvent>(value.clone()).is_err(),
-            "{value}"
-        );
+    for (value, reason) in refused {
+        let err = serde_json::from_value::<RunEvent>(value.clone()).unwrap_err();
+        assert!(err.to_string().starts_with(reason), "{value}: {err}");
     }
 }
 
