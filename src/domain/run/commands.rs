@@ -97,10 +97,7 @@ pub enum RunCommand {
         at: DateTime<Utc>,
     },
     /// Close a gate nobody decided, once its expiry has passed.
-    ExpireGate {
-        gate_id: GateId,
-        at: DateTime<Utc>,
-    },
+    ExpireGate { gate_id: GateId, at: DateTime<Utc> },
     /// Charge money and tokens to the run, for a step or for the run itself.
     ChargeCost {
         step_id: Option<StepId>,
@@ -122,10 +119,9 @@ pub enum RunCommand {
         error: Option<String>,
         at: DateTime<Utc>,
     },
-    Complete {
-        outputs: Value,
-        at: DateTime<Utc>,
-    },
+    /// End the run successfully: no step may be running or scheduled, no gate open, and
+    /// a failed step only when its recovery was `continue`.
+    Complete { outputs: Value, at: DateTime<Utc> },
     Fail {
         reason: String,
         error_class: Option<ErrorClass>,

@@ -258,18 +258,13 @@ impl Decide for Run {
                 check.status_in(ACTIVE)?;
                 let state = check.step(&step_id)?;
                 if let StepState::Failed { attempt, .. } = state
-                    && let Some(applied) = self
-                        .attempts(&step_id)
-                        .iter()
-                        .rev()
-                        .find(|a| a.attempt == *attempt)
-                        .and_then(|a| a.recovery.clone())
+                    && let Some(applied) = self.recovery_of(&step_id, *attempt)
                 {
                     return Err(RunError::RecoveryAlreadyApplied {
                         run,
                         step: step_id,
                         attempt: *attempt,
-                        applied,
+                        applied: applied.clone(),
                     });
                 }
                 check.failed_not_final(&step_id)?;
@@ -436,12 +431,29 @@ impl Decide for Run {
                 let scheduled: Vec<StepId> =
                     self.scheduled_steps().map(|(id, _)| id.clone()).collect();
                 let open_gates: Vec<GateId> = self.open_gates().map(|g| g.gate_id).collect();
-                if !(running.is_empty() && scheduled.is_empty() && open_gates.is_empty()) {
+                // A failure the run has not gone past: not given up yet, or aborted.
+                let failed: Vec<StepId> = self
+                    .steps
+                    .iter()
+                    .filter(|(id, state)| match state {
+                        StepState::Failed { attempt, .. } => {
+                            self.recovery_of(id, *attempt) != Some(&RecoveryAction::Continue)
+                        }
+                        _ => false,
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                if !(running.is_empty()
+                    && scheduled.is_empty()
+                    && open_gates.is_empty()
+                    && failed.is_empty())
+                {
                     return Err(RunError::Unfinished {
                         run,
                         running,
                         scheduled,
                         open_gates,
+                        failed,
                     });
                 }
                 Ok(vec![RunEvent::Completed { outputs, at }])
@@ -479,6 +491,15 @@ impl Decide for Run {
 }
 
 impl Run {
+    /// What the error handler chose after `attempt` of the step failed, if anything yet.
+    fn recovery_of(&self, step_id: &StepId, attempt: u32) -> Option<&RecoveryAction> {
+        self.attempts(step_id)
+            .iter()
+            .rev()
+            .find(|a| a.attempt == attempt)
+            .and_then(|a| a.recovery.as_ref())
+    }
+
     /// `run.cost_charged`, and `run.budget_exceeded` when this charge takes the total
     /// over the budget for the first time.
     fn charge(

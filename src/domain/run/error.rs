@@ -234,13 +234,17 @@ pub enum RunError {
 
     #[error(
         "run {run} cannot complete yet: {}",
-        describe_unfinished(.running, .scheduled, .open_gates)
+        describe_unfinished(.running, .scheduled, .open_gates, .failed)
     )]
     Unfinished {
         run: RunId,
         running: Vec<StepId>,
         scheduled: Vec<StepId>,
         open_gates: Vec<GateId>,
+        /// Failed steps the run has not gone past: no recovery yet, a retry or an
+        /// escalation pending, or aborted (only `continue` lets a run succeed past a
+        /// failed step).
+        failed: Vec<StepId>,
     },
 
     #[error(
@@ -375,7 +379,12 @@ fn describe_expected_compensation(expected: &Option<StepId>) -> String {
     }
 }
 
-fn describe_unfinished(running: &[StepId], scheduled: &[StepId], gates: &[GateId]) -> String {
+fn describe_unfinished(
+    running: &[StepId],
+    scheduled: &[StepId],
+    gates: &[GateId],
+    failed: &[StepId],
+) -> String {
     let mut parts = Vec::new();
     if !running.is_empty() {
         parts.push(format!("{} still running", list_steps(running)));
@@ -386,6 +395,13 @@ fn describe_unfinished(running: &[StepId], scheduled: &[StepId], gates: &[GateId
     if !gates.is_empty() {
         let gates: Vec<String> = gates.iter().map(ToString::to_string).collect();
         parts.push(format!("gate {} still open", gates.join(", ")));
+    }
+    if !failed.is_empty() {
+        parts.push(format!(
+            "{} failed and {} not continued past",
+            list_steps(failed),
+            if failed.len() == 1 { "was" } else { "were" }
+        ));
     }
     parts.join("; ")
 }

@@ -774,11 +774,13 @@ pub(super) fn unfinished(
     running: Vec<StepId>,
     scheduled: Vec<StepId>,
     open_gates: Vec<GateId>,
+    failed: Vec<StepId>,
 ) -> RunError {
     RunError::Unfinished {
         run: run_id(),
         running,
         scheduled,
         open_gates,
+        failed,
     }
 }

@@ -185,11 +185,21 @@ fn status_rows() -> Vec<StatusRow> {
             blocked: vec![
                 (
                     Running,
-                    unfinished(vec![deploy()], vec![verify()], vec![g1(), g2()]),
+                    unfinished(
+                        vec![deploy()],
+                        vec![verify()],
+                        vec![g1(), g2()],
+                        vec![build()],
+                    ),
                 ),
                 (
                     Waiting,
-                    unfinished(vec![], vec![deploy(), verify()], vec![g1(), g2()]),
+                    unfinished(
+                        vec![],
+                        vec![deploy(), verify()],
+                        vec![g1(), g2()],
+                        vec![build()],
+                    ),
                 ),
             ],
             ..status_row("complete", complete(now), ACTIVE, vec![completed(now)])
@@ -828,7 +838,7 @@ fn expected_for_gate(row: &GateRow, sit: GateSit) -> Then {
     let gate: GateId = g1();
     Err(match row.rule {
         GateRule::New => gate_exists(gate, decision_of(sit)),
-        GateRule::Complete => unfinished(Vec::<StepId>::new(), vec![], vec![gate]),
+        GateRule::Complete => unfinished(Vec::<StepId>::new(), vec![], vec![gate], vec![]),
         GateRule::Other => panic!("{}: no refusal expected in {sit:?}", row.name),
         GateRule::Decide { .. } | GateRule::Expire if sit == GateSit::Unknown => {
             unknown_gate(gate, action)

@@ -962,6 +962,20 @@ fn refused_sagas() {
     ]);
 }
 
+/// `settled`, then `build` failed on attempt 1 at t(6), then `more`.
+fn build_failed_with(more: Vec<RunEvent>) -> Vec<RunEvent> {
+    let mut events = then(
+        settled(),
+        [
+            step_scheduled(build(), t(4), t(4)),
+            step_started(build(), 1, "b", None, t(5)),
+            step_failed(build(), 1, ErrorClass::Network, t(6)),
+        ],
+    );
+    events.extend(more);
+    events
+}
+
 #[test]
 fn refused_endings() {
     let now = t(LATE);
@@ -975,10 +989,15 @@ fn refused_endings() {
     );
     check(vec![
         case(
-            "complete while a step runs, steps are scheduled and gates are open",
+            "complete while a step runs, steps are scheduled, gates are open and a step failed",
             path(Running),
             complete(now),
-            Err(unfinished(vec![deploy()], vec![verify()], vec![g1(), g2()])),
+            Err(unfinished(
+                vec![deploy()],
+                vec![verify()],
+                vec![g1(), g2()],
+                vec![build()],
+            )),
         ),
         case(
             "complete while waiting",
@@ -988,6 +1007,7 @@ fn refused_endings() {
                 vec![],
                 vec![deploy(), verify()],
                 vec![g1(), g2()],
+                vec![build()],
             )),
         ),
         case(
@@ -1000,7 +1020,7 @@ fn refused_endings() {
                 ],
             ),
             complete(now),
-            Err(unfinished(vec![build()], vec![], vec![])),
+            Err(unfinished(vec![build()], vec![], vec![], vec![])),
         ),
         case(
             "complete while one step is scheduled for a retry",
@@ -1014,7 +1034,7 @@ fn refused_endings() {
                 ],
             ),
             complete(now),
-            Err(unfinished(vec![], vec![build()], vec![])),
+            Err(unfinished(vec![], vec![build()], vec![], vec![])),
         ),
         case(
             "complete while a gate is open on a failed step",
@@ -1028,7 +1048,50 @@ fn refused_endings() {
                 ],
             ),
             complete(now),
-            Err(unfinished(vec![], vec![], vec![g3()])),
+            Err(unfinished(vec![], vec![], vec![g3()], vec![build()])),
+        ),
+        case(
+            "complete while a step failed and no recovery was chosen",
+            build_failed_with(vec![]),
+            complete(now),
+            Err(unfinished(vec![], vec![], vec![], vec![build()])),
+        ),
+        case(
+            "complete while a step failed and its retry is not queued yet",
+            build_failed_with(vec![recovery_applied(
+                build(),
+                ErrorClass::Network,
+                RecoveryAction::Retry,
+                t(7),
+            )]),
+            complete(now),
+            Err(unfinished(vec![], vec![], vec![], vec![build()])),
+        ),
+        case(
+            "complete after a step was aborted",
+            build_failed_with(vec![recovery_applied(
+                build(),
+                ErrorClass::Network,
+                RecoveryAction::Abort,
+                t(7),
+            )]),
+            complete(now),
+            Err(unfinished(vec![], vec![], vec![], vec![build()])),
+        ),
+        case(
+            "complete after an escalation was approved but before the retry",
+            build_failed_with(vec![
+                recovery_applied(
+                    build(),
+                    ErrorClass::Network,
+                    RecoveryAction::Escalate { gate_id: g3() },
+                    t(7),
+                ),
+                gate_opened(g3(), build(), &[], None, t(7)),
+                gate_approved(g3(), "alice", None, t(8)),
+            ]),
+            complete(now),
+            Err(unfinished(vec![], vec![], vec![], vec![build()])),
         ),
         case(
             "fail before any compensation ran",
@@ -1120,7 +1183,7 @@ fn errors_say_what_and_why() {
         message(path(Running), complete(now)),
         format!(
             "run {id} cannot complete yet: `deploy` still running; `verify` still scheduled; \
-             gate {}, {} still open",
+             gate {}, {} still open; `build` failed and was not continued past",
             g1(),
             g2()
         )

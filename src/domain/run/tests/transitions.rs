@@ -719,10 +719,25 @@ fn ending_a_run() {
             step_skipped(notify(), "nobody to tell", t(10)),
         ],
     );
+    let continued_past_a_failure = then(
+        settled(),
+        [
+            step_scheduled(build(), t(4), t(4)),
+            step_started(build(), 1, "build-1", None, t(5)),
+            step_failed(build(), 1, ErrorClass::Network, t(6)),
+            recovery_applied(build(), ErrorClass::Network, RecoveryAction::Continue, t(7)),
+        ],
+    );
     check(vec![
         case(
             "complete a run with nothing left to do",
             settled(),
+            complete(now),
+            Ok(vec![completed(now)]),
+        ),
+        case(
+            "complete past a failed step whose recovery was continue",
+            continued_past_a_failure,
             complete(now),
             Ok(vec![completed(now)]),
         ),
