@@ -1,7 +1,10 @@
 //! Identifiers, as newtypes so a task id can never be passed where a run id is meant.
 //!
-//! Run and task ids are UUID v7 (time-ordered, so streams created later sort later).
-//! Agent and workflow ids are names chosen by people, checked at the boundary.
+//! Run and task ids are UUID v7 (time-ordered, so streams created later sort later),
+//! minted with `new()` at the edge (the CLI, the executor) and carried into the domain
+//! by commands; `new()` is the only thing here that reads a clock, and `Default` does
+//! not call it. Agent and workflow ids are names chosen by people, checked at the
+//! boundary.
 
 use std::fmt;
 use std::str::FromStr;
@@ -44,7 +47,7 @@ macro_rules! uuid_id {
         pub struct $name(Uuid);
 
         impl $name {
-            /// A new, time-ordered id.
+            /// A new, time-ordered id (reads the clock: for the edge, not for `decide`).
             pub fn new() -> Self {
                 Self(Uuid::now_v7())
             }
@@ -56,9 +59,11 @@ macro_rules! uuid_id {
             }
         }
 
+        /// The nil id (all zeros), a placeholder that names no stream. It reads no clock,
+        /// so code that must stay pure can fall back to it; fresh ids come from `new()`.
         impl Default for $name {
             fn default() -> Self {
-                Self::new()
+                Self(Uuid::nil())
             }
         }
 
@@ -237,6 +242,14 @@ mod tests {
             "agent id \"rm -rf\" may contain only letters, digits, '-', '_', '.', ':' and '/' \
              (found ' ')"
         );
+    }
+
+    #[test]
+    fn the_default_id_is_nil_and_reads_no_clock() {
+        assert_eq!(RunId::default(), RunId::from_uuid(Uuid::nil()));
+        assert_eq!(TaskId::default().as_uuid(), Uuid::nil());
+        assert_ne!(RunId::new(), RunId::default());
+        assert_eq!(RunId::new().as_uuid().get_version_num(), 7);
     }
 
     #[test]
