@@ -424,13 +424,14 @@ impl Run {
                 at,
                 ..
             } => {
-                // Both end the step's attempts; only Abort also fails the run, which
-                // is the executor's decision, not the fold's.
-                let aborts = matches!(action, RecoveryAction::Abort | RecoveryAction::Continue);
+                // Abort and Continue both give up on the step: its failure is final. Only
+                // Abort also fails the run, which is the executor's decision, not the
+                // fold's.
+                let gives_up = matches!(action, RecoveryAction::Abort | RecoveryAction::Continue);
                 if let Some(record) = self.current_attempt_mut(&step_id, at) {
                     record.recovery = Some(action);
                 }
-                if aborts
+                if gives_up
                     && let Some(StepState::Failed { is_final, .. }) = self.steps.get_mut(&step_id)
                 {
                     *is_final = true;

@@ -2,8 +2,9 @@
 //!
 //! Checks run in a fixed order, so the error names the most basic problem first: the
 //! workflow must exist (or the command names it and may create it) and be this stream's
-//! workflow, the command's own data must make sense, an idempotent repeat records
-//! nothing (before any retirement is checked, so a loader re-registering its files
+//! workflow, the command's own data must make sense, a version or proposal already
+//! recorded is compared next (the same content hash records nothing, another is
+//! refused; both before any retirement is checked, so a loader re-registering its files
 //! never fails), then retirement, then the state of the version or proposal concerned.
 
 use serde_json::Value;

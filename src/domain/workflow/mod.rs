@@ -18,8 +18,9 @@
 //! - Retiring is refused when already retired (a version, or the workflow): a second
 //!   retirement would silently lose who retired it and why. Re-registering a retired
 //!   version with the same hash is still a no-op and does not bring it back.
-//! - A retired workflow is retired for good: it takes no new versions, proposals or
-//!   approvals. Open proposals can still be rejected, to clear the approval inbox.
+//! - A retired workflow is retired for good: it takes no new versions, proposals,
+//!   approvals or version retirements. Open proposals can still be rejected, to clear
+//!   the approval inbox.
 //! - Proposing is idempotent per proposal id (same hash: nothing recorded, whether the
 //!   proposal is open, approved or rejected), so a learner that re-reads history does
 //!   not reopen what a person already decided.
