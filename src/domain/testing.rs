@@ -59,6 +59,12 @@ pub(crate) fn fold<E: Stream>(events: impl IntoIterator<Item = E>) -> E::Of {
     aggregate
 }
 
+/// `events` followed by `more`.
+pub(crate) fn then<E>(mut events: Vec<E>, more: impl IntoIterator<Item = E>) -> Vec<E> {
+    events.extend(more);
+    events
+}
+
 /// Fold `given` events into a fresh aggregate and decide `when`.
 pub(crate) fn given_when<A: Decide>(
     given: impl IntoIterator<Item = A::Event>,

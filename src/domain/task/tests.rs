@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::TaskStatus::*;
 use super::*;
 use crate::domain::ids::{QuestionId, RunId, StepId};
-use crate::domain::testing::{Stream, assert_wire_format, case, check, fold, given_when, t};
+use crate::domain::testing::{Stream, assert_wire_format, case, check, fold, given_when, t, then};
 
 impl Stream for TaskEvent {
     type Of = Task;
@@ -376,9 +376,7 @@ fn ending_of(status: TaskStatus) -> TaskEnding {
 
 /// `path(status)` followed by `more`.
 fn after(status: TaskStatus, more: impl IntoIterator<Item = TaskEvent>) -> Vec<TaskEvent> {
-    let mut events = path(status, true);
-    events.extend(more);
-    events
+    then(path(status, true), more)
 }
 
 // ---- expected errors ---------------------------------------------------------------

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::domain::ids::RunId;
-use crate::domain::testing::{Stream, assert_wire_format, case, check, fold, given_when, t};
+use crate::domain::testing::{Stream, assert_wire_format, case, check, fold, given_when, t, then};
 use crate::log::StreamType;
 
 impl Stream for WorkflowEvent {
@@ -336,9 +336,7 @@ fn path(state: State) -> Vec<WorkflowEvent> {
 
 /// `path(state)` followed by `more`.
 fn after(state: State, more: impl IntoIterator<Item = WorkflowEvent>) -> Vec<WorkflowEvent> {
-    let mut events = path(state);
-    events.extend(more);
-    events
+    then(path(state), more)
 }
 
 // ---- expected errors ---------------------------------------------------------------

@@ -10,7 +10,7 @@ use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 use crate::domain::run::RunStatus::*;
 use crate::domain::run::*;
 use crate::domain::testing::Stream;
-pub(super) use crate::domain::testing::{case, check, fold, t};
+pub(super) use crate::domain::testing::{case, check, fold, t, then};
 
 impl Stream for RunEvent {
     type Of = Run;
@@ -572,24 +572,26 @@ pub(super) fn settled() -> Vec<RunEvent> {
 /// without expiry, gate g2 open on `verify` for anyone until `G2_EXPIRY`, and `deploy`
 /// scheduled. The run is WAITING: gates are open and nothing runs.
 pub(super) fn waiting() -> Vec<RunEvent> {
-    let mut events = settled();
-    events.extend([
-        step_scheduled(build(), t(4), t(4)),
-        step_started(build(), 1, "build-1", None, t(5)),
-        step_failed(build(), 1, ErrorClass::Network, t(6)),
-        step_scheduled(verify(), t(VERIFY_DUE), t(7)),
-        gate_opened(g1(), verify(), &["alice", "bob"], None, t(8)),
-        gate_opened(g2(), verify(), &[], Some(t(G2_EXPIRY)), t(9)),
-        step_scheduled(deploy(), t(10), t(10)),
-    ]);
-    events
+    then(
+        settled(),
+        [
+            step_scheduled(build(), t(4), t(4)),
+            step_started(build(), 1, "build-1", None, t(5)),
+            step_failed(build(), 1, ErrorClass::Network, t(6)),
+            step_scheduled(verify(), t(VERIFY_DUE), t(7)),
+            gate_opened(g1(), verify(), &["alice", "bob"], None, t(8)),
+            gate_opened(g2(), verify(), &[], Some(t(G2_EXPIRY)), t(9)),
+            step_scheduled(deploy(), t(10), t(10)),
+        ],
+    )
 }
 
 /// `waiting`, then `deploy` attempt 1 started with key `deploy-1` at t(11): RUNNING.
 pub(super) fn running() -> Vec<RunEvent> {
-    let mut events = waiting();
-    events.push(step_started(deploy(), 1, "deploy-1", None, t(11)));
-    events
+    then(
+        waiting(),
+        [step_started(deploy(), 1, "deploy-1", None, t(11))],
+    )
 }
 
 /// Events that bring a run to `status`:
@@ -604,44 +606,25 @@ pub(super) fn path(status: RunStatus) -> Vec<RunEvent> {
     match status {
         Running => running(),
         Waiting => waiting(),
-        Compensating => {
-            let mut events = running();
-            events.push(compensation_started("build failed", vec![fetch()], t(20)));
-            events
-        }
-        Succeeded => {
-            let mut events = settled();
-            events.push(completed(t(20)));
-            events
-        }
-        Failed => {
-            let mut events = path(Compensating);
-            events.push(compensation_step_ran(fetch(), None, t(21)));
-            events.push(failed("build failed", Some(ErrorClass::Network), t(22)));
-            events
-        }
-        Cancelled => {
-            let mut events = running();
-            events.push(cancelled("alice", t(20)));
-            events
-        }
+        Compensating => then(
+            running(),
+            [compensation_started("build failed", vec![fetch()], t(20))],
+        ),
+        Succeeded => then(settled(), [completed(t(20))]),
+        Failed => then(
+            path(Compensating),
+            [
+                compensation_step_ran(fetch(), None, t(21)),
+                failed("build failed", Some(ErrorClass::Network), t(22)),
+            ],
+        ),
+        Cancelled => then(running(), [cancelled("alice", t(20))]),
     }
 }
 
 /// `path(status)` followed by `more`.
 pub(super) fn after(status: RunStatus, more: impl IntoIterator<Item = RunEvent>) -> Vec<RunEvent> {
-    let mut events = path(status);
-    events.extend(more);
-    events
-}
-
-/// `events` followed by `more`.
-pub(super) fn then(
-    mut events: Vec<RunEvent>,
-    more: impl IntoIterator<Item = RunEvent>,
-) -> Vec<RunEvent> {
-    events.extend(more);
-    events
+    then(path(status), more)
 }
 
 // ---- the errors, with this run's id filled in ---------------------------------------

@@ -964,16 +964,12 @@ fn refused_sagas() {
 
 /// `settled`, then `build` failed on attempt 1 at t(6), then `more`.
 fn build_failed_with(more: Vec<RunEvent>) -> Vec<RunEvent> {
-    let mut events = then(
-        settled(),
-        [
-            step_scheduled(build(), t(4), t(4)),
-            step_started(build(), 1, "b", None, t(5)),
-            step_failed(build(), 1, ErrorClass::Network, t(6)),
-        ],
-    );
-    events.extend(more);
-    events
+    let failed = [
+        step_scheduled(build(), t(4), t(4)),
+        step_started(build(), 1, "b", None, t(5)),
+        step_failed(build(), 1, ErrorClass::Network, t(6)),
+    ];
+    then(then(settled(), failed), more)
 }
 
 #[test]
