@@ -351,7 +351,7 @@ impl Task {
             TaskEvent::Assigned { agent_id, .. } => {
                 self.status = Some(TaskStatus::Assigned);
                 self.assignee = Some(agent_id);
-                self.attempts += 1;
+                self.attempts = self.attempts.saturating_add(1);
             }
             TaskEvent::Delivered { ack_deadline, .. } => {
                 self.status = Some(TaskStatus::PendingAck);
@@ -394,7 +394,7 @@ impl Task {
                 at,
             } => {
                 self.status = Some(TaskStatus::InReview);
-                self.review_rounds += 1;
+                self.review_rounds = self.review_rounds.saturating_add(1);
                 self.submission = Some(Submission {
                     agent_id,
                     branch,

@@ -1170,6 +1170,21 @@ fn changes_requested_keep_feedback_and_clear_the_assignee() {
 }
 
 #[test]
+fn counters_saturate_instead_of_failing_apply() {
+    // apply never fails, not even on an overflow (which panics in debug builds).
+    let mut state = serde_json::to_value(fold(path(InProgress, true))).unwrap();
+    state["attempts"] = json!(u32::MAX);
+    state["review_rounds"] = json!(u32::MAX);
+    let mut task: Task = serde_json::from_value(state).unwrap();
+    task.apply(submitted(a1(), t(60)));
+    task.apply(changes_requested("add a test", t(65)));
+    task.apply(assigned(a2(), t(70)));
+    assert_eq!(task.attempts(), u32::MAX);
+    assert_eq!(task.review_rounds(), u32::MAX);
+    assert_eq!(task.feedback()[0].round, u32::MAX);
+}
+
+#[test]
 fn failed_and_cancelled_tasks_say_how_they_ended() {
     let task = fold(after(Blocked, [cancelled(t(90))]));
     assert_eq!(task.status(), Some(Cancelled));
