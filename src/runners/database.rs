@@ -175,12 +175,19 @@ pub(super) async fn run(
     a: &Attempt<'_>,
     step: &DatabaseStep,
 ) -> Result<StepSuccess, StepFailure> {
+    // Checked before a connection is taken, so a refused value never leaves a
+    // connection half set up.
+    let params = Param::all(&step.params)?;
     let db = entry.pool()?;
     let name = entry.name.as_str();
     let work = async {
         match db {
-            Db::Postgres(pool) => run_postgres(&pool, name, config.max_rows, a.timeout, step).await,
-            Db::Sqlite(pool) => run_sqlite(&pool, name, config.max_rows, a.timeout, step).await,
+            Db::Postgres(pool) => {
+                run_postgres(&pool, name, config.max_rows, a.timeout, step, &params).await
+            }
+            Db::Sqlite(pool) => {
+                run_sqlite(&pool, name, config.max_rows, a.timeout, step, &params).await
+            }
         }
     };
     let output = match a.timeout {
@@ -203,6 +210,7 @@ async fn run_postgres(
     max_rows: usize,
     timeout: Option<Duration>,
     step: &DatabaseStep,
+    params: &[Param<'_>],
 ) -> Result<Value, StepFailure> {
     let mut conn = pool
         .acquire()
@@ -216,20 +224,10 @@ async fn run_postgres(
             .await
             .map_err(|e| query_failure(name, e, Backend::Postgres))?;
     }
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(postgres_statement_text(step)));
-    for (i, param) in step.params.iter().enumerate() {
-        query = match param {
-            Value::Null => query.bind(UntypedNull),
-            Value::Bool(b) => query.bind(*b),
-            Value::Number(n) => match n.as_i64() {
-                Some(int) => query.bind(int),
-                None if n.is_u64() => return Err(out_of_range(i)),
-                None => query.bind(n.as_f64().unwrap_or(f64::NAN)),
-            },
-            Value::String(s) => query.bind(s.clone()),
-            Value::Array(_) | Value::Object(_) => query.bind(sqlx::types::Json(param.clone())),
-        };
-    }
+    let text = postgres_statement_text(&step.query, params);
+    let query = bind(sqlx::query(sqlx::AssertSqlSafe(text)), params, |q| {
+        q.bind(UntypedNull)
+    });
     let result = collect(
         conn.fetch_many(query),
         max_rows,
@@ -256,6 +254,7 @@ async fn run_sqlite(
     max_rows: usize,
     timeout: Option<Duration>,
     step: &DatabaseStep,
+    params: &[Param<'_>],
 ) -> Result<Value, StepFailure> {
     let mut conn = pool
         .acquire()
@@ -269,20 +268,11 @@ async fn run_sqlite(
             // Returning false interrupts the statement (SQLITE_INTERRUPT).
             .set_progress_handler(1_000, move || Instant::now() < deadline);
     }
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(step.query.clone()));
-    for (i, param) in step.params.iter().enumerate() {
-        query = match param {
-            Value::Null => query.bind(None::<i64>),
-            Value::Bool(b) => query.bind(*b),
-            Value::Number(n) => match n.as_i64() {
-                Some(int) => query.bind(int),
-                None if n.is_u64() => return Err(out_of_range(i)),
-                None => query.bind(n.as_f64().unwrap_or(f64::NAN)),
-            },
-            Value::String(s) => query.bind(s.clone()),
-            Value::Array(_) | Value::Object(_) => query.bind(sqlx::types::Json(param.clone())),
-        };
-    }
+    let query = bind(
+        sqlx::query(sqlx::AssertSqlSafe(step.query.as_str())),
+        params,
+        |q| q.bind(None::<i64>),
+    );
     let result = collect(
         conn.fetch_many(query),
         max_rows,
@@ -306,6 +296,87 @@ async fn run_sqlite(
     result
 }
 
+/// One value of `params`, checked, as it is bound.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Param<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(&'a str),
+    /// Arrays and objects.
+    Json(&'a Value),
+}
+
+impl<'a> Param<'a> {
+    /// Every value of `params`; an integer beyond the 64-bit signed range is refused.
+    fn all(params: &'a [Value]) -> Result<Vec<Self>, StepFailure> {
+        params
+            .iter()
+            .enumerate()
+            .map(|(i, value)| {
+                Ok(match value {
+                    Value::Null => Self::Null,
+                    Value::Bool(b) => Self::Bool(*b),
+                    Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+                        (Some(int), _) => Self::Int(int),
+                        (None, Some(float)) if !n.is_u64() => Self::Float(float),
+                        _ => {
+                            return Err(StepFailure::validation(format!(
+                                "params[{i}] is an integer beyond the 64-bit signed range; \
+                                 pass it as a string"
+                            )));
+                        }
+                    },
+                    Value::String(s) => Self::Text(s),
+                    Value::Array(_) | Value::Object(_) => Self::Json(value),
+                })
+            })
+            .collect()
+    }
+
+    /// The letter naming its type in [`postgres_statement_text`].
+    fn letter(self) -> &'static str {
+        match self {
+            Self::Null => "n",
+            Self::Bool(_) => "b",
+            Self::Int(_) => "i",
+            Self::Float(_) => "f",
+            Self::Text(_) => "s",
+            Self::Json(_) => "j",
+        }
+    }
+}
+
+type ArgsQuery<'q, DB> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>;
+
+/// Bind `params` in order; `null` binds a null the way the backend wants it.
+fn bind<'q, DB>(
+    mut query: ArgsQuery<'q, DB>,
+    params: &[Param<'_>],
+    null: fn(ArgsQuery<'q, DB>) -> ArgsQuery<'q, DB>,
+) -> ArgsQuery<'q, DB>
+where
+    DB: sqlx::Database,
+    bool: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    i64: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    f64: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> &'t str: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> sqlx::types::Json<&'t Value>: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    for param in params {
+        query = match *param {
+            Param::Null => null(query),
+            Param::Bool(b) => query.bind(b),
+            Param::Int(i) => query.bind(i),
+            Param::Float(f) => query.bind(f),
+            Param::Text(s) => query.bind(s),
+            Param::Json(v) => query.bind(sqlx::types::Json(v)),
+        };
+    }
+    query
+}
+
 /// The statement text sent to Postgres: the query as written, plus, when it has
 /// parameters, a comment naming their types (`/* awl params: s,i,n */`).
 ///
@@ -317,30 +388,13 @@ async fn run_sqlite(
 /// set, never a value. (Unprepared statements are no way out: sqlx runs its own
 /// queries between parsing and binding one when a result has a custom type, such
 /// as an enum, and the unnamed statement is lost.)
-fn postgres_statement_text(step: &DatabaseStep) -> String {
-    if step.params.is_empty() {
-        return step.query.clone();
+fn postgres_statement_text(query: &str, params: &[Param<'_>]) -> String {
+    if params.is_empty() {
+        return query.to_string();
     }
-    let kinds: Vec<&str> = step
-        .params
-        .iter()
-        .map(|p| match p {
-            Value::Null => "n",
-            Value::Bool(_) => "b",
-            Value::Number(n) if n.is_i64() => "i",
-            Value::Number(_) => "f",
-            Value::String(_) => "s",
-            Value::Array(_) | Value::Object(_) => "j",
-        })
-        .collect();
+    let kinds: Vec<&str> = params.iter().map(|p| p.letter()).collect();
     // On a line of its own, so a trailing `--` comment in the query cannot swallow it.
-    format!("{}\n/* awl params: {} */", step.query, kinds.join(","))
-}
-
-fn out_of_range(i: usize) -> StepFailure {
-    StepFailure::validation(format!(
-        "params[{i}] is an integer beyond the 64-bit signed range; pass it as a string"
-    ))
+    format!("{query}\n/* awl params: {} */", kinds.join(","))
 }
 
 /// Null with no type: Postgres infers it from where it is used, so it fits a
@@ -806,24 +860,44 @@ mod tests {
 
     #[test]
     fn postgres_statements_carry_their_parameter_types() {
-        let step = |params: Value| DatabaseStep {
-            connection: "c".into(),
-            query: "SELECT $1 -- note".into(),
-            params: params.as_array().cloned().unwrap_or_default(),
+        let text = |params: Value| {
+            let params = params.as_array().cloned().unwrap_or_default();
+            postgres_statement_text("SELECT $1 -- note", &Param::all(&params).expect("params"))
         };
-        assert_eq!(
-            postgres_statement_text(&step(json!([]))),
-            "SELECT $1 -- note"
-        );
-        let int = postgres_statement_text(&step(json!([1000])));
-        let float = postgres_statement_text(&step(json!([12.5])));
+        assert_eq!(text(json!([])), "SELECT $1 -- note");
+        let int = text(json!([1000]));
+        let float = text(json!([12.5]));
         assert_eq!(int, "SELECT $1 -- note\n/* awl params: i */");
-        assert_ne!(int, float, "different types, different statements");
+        assert_eq!(float, "SELECT $1 -- note\n/* awl params: f */");
         assert_eq!(
-            postgres_statement_text(&step(json!([null, true, "*/ DROP", {"a": 1}, [1]]))),
+            text(json!([null, true, "*/ DROP", {"a": 1}, [1]])),
             "SELECT $1 -- note\n/* awl params: n,b,s,j,j */",
             "values never reach the text"
         );
+    }
+
+    #[test]
+    fn params_are_checked_and_typed() {
+        let values =
+            json!([null, false, -7, 9_223_372_036_854_775_807_i64, 2.5, "x", [1], {"a": 1}]);
+        let values = values.as_array().cloned().expect("array");
+        assert_eq!(
+            Param::all(&values).expect("params"),
+            [
+                Param::Null,
+                Param::Bool(false),
+                Param::Int(-7),
+                Param::Int(i64::MAX),
+                Param::Float(2.5),
+                Param::Text("x"),
+                Param::Json(&json!([1])),
+                Param::Json(&json!({"a": 1})),
+            ]
+        );
+        let too_big = [json!(1), json!(u64::MAX)];
+        let err = Param::all(&too_big).expect_err("beyond i64");
+        assert_eq!(err.class, ErrorClass::Validation);
+        assert!(err.message.contains("params[1]"), "{}", err.message);
     }
 
     #[test]

@@ -1271,3 +1271,45 @@ async fn runners_circuit_breaker_keys_shell_steps_by_program() {
     ok(r.shell(&a, &check).await);
     ok(r.shell(&a, &check).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_a_refused_param_leaves_no_timeout_behind() {
+    for backend in [Backend::Postgres, Backend::Sqlite] {
+        let (url, _guard) = fresh_database(backend).await;
+        let r = runners_with(&[("db", &url)], |c| c.database_max_connections = 1);
+        let dir = tmp();
+        let select = match backend {
+            Backend::Postgres => "SELECT $1::text AS v",
+            Backend::Sqlite => "SELECT ?1 AS v",
+        };
+        let f = failed(
+            r.database(
+                &attempt(dir.path(), Some(Duration::from_millis(300))),
+                &db_step("db", select, json!([u64::MAX])),
+            )
+            .await,
+        );
+        assert_eq!(
+            f.class,
+            ErrorClass::Validation,
+            "{backend:?}: {}",
+            f.message
+        );
+        assert!(f.message.contains("params[0]"), "{}", f.message);
+        // Long after that attempt's deadline, a step without a timeout on the same
+        // (only) connection is not cut short by it.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let medium = match backend {
+            Backend::Postgres => "SELECT pg_sleep(0.5) AS slept",
+            Backend::Sqlite => {
+                "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c \
+                 WHERE n < 200000) SELECT count(*) AS slept FROM c"
+            }
+        };
+        ok(r.database(
+            &attempt(dir.path(), None),
+            &db_step("db", medium, json!([])),
+        )
+        .await);
+    }
+}
