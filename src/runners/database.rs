@@ -26,7 +26,9 @@
 //!
 //! The attempt's timeout is a statement timeout: `statement_timeout` for the
 //! statement on Postgres, an interrupt (progress handler) on SQLite, and a deadline
-//! around both.
+//! around both (SQLite waiting for a lock is ended only by the deadline). A
+//! connection goes back to the pool only once its timeout is removed again; one cut
+//! off mid-statement is closed instead.
 //!
 //! | outcome | class |
 //! |---|---|
@@ -49,6 +51,7 @@ use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde_json::{Map, Number, Value, json};
 use sqlx::error::DatabaseError;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{
     PgPool, PgPoolOptions, PgRow, PgTypeInfo, PgTypeKind, PgValueFormat, PgValueRef,
 };
@@ -212,15 +215,17 @@ async fn run_postgres(
     step: &DatabaseStep,
     params: &[Param<'_>],
 ) -> Result<Value, StepFailure> {
-    let mut conn = pool
+    let conn = pool
         .acquire()
         .await
         .map_err(|e| acquire_failure(pool, name, e, Backend::Postgres))?;
+    let mut session = Session::new(conn);
     if let Some(limit) = timeout {
         let ms = limit.as_millis().max(1).to_string();
+        session.altered = true;
         sqlx::query("SELECT set_config('statement_timeout', $1, false)")
             .bind(ms)
-            .execute(&mut *conn)
+            .execute(&mut *session.conn)
             .await
             .map_err(|e| query_failure(name, e, Backend::Postgres))?;
     }
@@ -229,21 +234,20 @@ async fn run_postgres(
         q.bind(UntypedNull)
     });
     let result = collect(
-        conn.fetch_many(query),
+        session.conn.fetch_many(query),
         max_rows,
         pg_row,
         |r: &sqlx::postgres::PgQueryResult| r.rows_affected(),
     )
     .await
     .map_err(|e| e.into_failure(name, Backend::Postgres));
-    if timeout.is_some()
+    if session.altered
         && sqlx::query("RESET statement_timeout")
-            .execute(&mut *conn)
+            .execute(&mut *session.conn)
             .await
-            .is_err()
+            .is_ok()
     {
-        // Never hand a connection with a leftover timeout to the next step.
-        conn.close_on_drop();
+        session.altered = false;
     }
     result
 }
@@ -256,13 +260,17 @@ async fn run_sqlite(
     step: &DatabaseStep,
     params: &[Param<'_>],
 ) -> Result<Value, StepFailure> {
-    let mut conn = pool
+    let conn = pool
         .acquire()
         .await
         .map_err(|e| acquire_failure(pool, name, e, Backend::Sqlite))?;
+    let mut session = Session::new(conn);
     if let Some(limit) = timeout {
         let deadline = Instant::now() + limit;
-        conn.lock_handle()
+        session.altered = true;
+        session
+            .conn
+            .lock_handle()
             .await
             .map_err(|e| connect_failure(name, e, Backend::Sqlite))?
             // Returning false interrupts the statement (SQLITE_INTERRUPT).
@@ -274,26 +282,50 @@ async fn run_sqlite(
         |q| q.bind(None::<i64>),
     );
     let result = collect(
-        conn.fetch_many(query),
+        session.conn.fetch_many(query),
         max_rows,
         sqlite_row,
         |r: &sqlx::sqlite::SqliteQueryResult| r.rows_affected(),
     )
     .await
     .map_err(|e| e.into_failure(name, Backend::Sqlite));
-    if timeout.is_some() {
-        let removed = match conn.lock_handle().await {
-            Ok(mut handle) => {
-                handle.remove_progress_handler();
-                true
-            }
-            Err(_) => false,
-        };
-        if !removed {
-            conn.close_on_drop();
-        }
+    if session.altered
+        && let Ok(mut handle) = session.conn.lock_handle().await
+    {
+        handle.remove_progress_handler();
+        drop(handle);
+        session.altered = false;
     }
     result
+}
+
+/// A pooled connection whose session an attempt may alter (Postgres's
+/// `statement_timeout`, SQLite's progress handler). While `altered`, dropping it
+/// closes the connection instead of handing it back to the pool, so no later step
+/// inherits another's deadline: also when the attempt is dropped mid-statement (its
+/// deadline fired, or it was cancelled), where the code restoring the session never
+/// runs.
+struct Session<DB: sqlx::Database> {
+    conn: PoolConnection<DB>,
+    altered: bool,
+}
+
+impl<DB: sqlx::Database> Session<DB> {
+    fn new(conn: PoolConnection<DB>) -> Self {
+        Self {
+            conn,
+            altered: false,
+        }
+    }
+}
+
+impl<DB: sqlx::Database> Drop for Session<DB> {
+    fn drop(&mut self) {
+        // Runs before `conn` is dropped, which then closes it.
+        if self.altered {
+            self.conn.close_on_drop();
+        }
+    }
 }
 
 /// One value of `params`, checked, as it is bound.

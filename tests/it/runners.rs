@@ -1313,3 +1313,55 @@ async fn runners_database_a_refused_param_leaves_no_timeout_behind() {
         .await);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_a_statement_cut_off_by_the_deadline_leaves_no_timeout_behind() {
+    // SQLite waits for a lock in its busy handler, where the progress handler never
+    // runs: only the deadline around the statement ends the attempt, dropping it
+    // mid-statement.
+    let (url, _guard) = fresh_database(Backend::Sqlite).await;
+    let r = runners_with(&[("db", &url)], |c| c.database_max_connections = 1);
+    let dir = tmp();
+    ok(r.database(
+        &attempt(dir.path(), None),
+        &db_step("db", "CREATE TABLE t (x INTEGER)", json!([])),
+    )
+    .await);
+    let mut locker = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    let f = within(
+        20,
+        "a statement waiting for a lock",
+        r.database(
+            &attempt(dir.path(), Some(Duration::from_millis(300))),
+            &db_step("db", "INSERT INTO t VALUES (?1)", json!([1])),
+        ),
+    )
+    .await
+    .expect_err("times out");
+    assert_eq!(f.class, ErrorClass::Timeout, "{}", f.message);
+    sqlx::query("COMMIT")
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+
+    // The next step gets a connection without the cut-off attempt's progress
+    // handler (whose deadline has passed, so it would interrupt anything).
+    let out = ok(r
+        .database(
+            &attempt(dir.path(), None),
+            &db_step(
+                "db",
+                "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c \
+                 WHERE n < 200000) SELECT count(*) AS n FROM c",
+                json!([]),
+            ),
+        )
+        .await);
+    assert_eq!(out["rows"], json!([{"n": 200000}]));
+}
