@@ -24,11 +24,12 @@
 //! naming the column and suggesting a cast to text. On SQLite a column declared
 //! `BOOLEAN` gives booleans.
 //!
-//! The attempt's timeout is a statement timeout: `statement_timeout` for the
-//! statement on Postgres, an interrupt (progress handler) on SQLite, and a deadline
-//! around both (SQLite waiting for a lock is ended only by the deadline). A
-//! connection goes back to the pool only once its timeout is removed again; one cut
-//! off mid-statement is closed instead.
+//! The attempt's timeout, counted from before a connection is taken, becomes a
+//! statement timeout for what is left of it: `statement_timeout` on Postgres, an
+//! interrupt (progress handler) on SQLite, and a deadline around both (SQLite
+//! waiting for a lock is ended only by the deadline). A connection goes back to the
+//! pool only once its timeout is removed again; one cut off mid-statement is closed
+//! instead.
 //!
 //! | outcome | class |
 //! |---|---|
@@ -183,26 +184,30 @@ pub(super) async fn run(
     let params = Param::all(&step.params)?;
     let db = entry.pool()?;
     let name = entry.name.as_str();
+    // Waiting for a connection counts against the timeout too.
+    let deadline = a.timeout.map(|limit| Instant::now() + limit);
     let work = async {
         match db {
             Db::Postgres(pool) => {
-                run_postgres(&pool, name, config.max_rows, a.timeout, step, &params).await
+                run_postgres(&pool, name, config.max_rows, deadline, step, &params).await
             }
             Db::Sqlite(pool) => {
-                run_sqlite(&pool, name, config.max_rows, a.timeout, step, &params).await
+                run_sqlite(&pool, name, config.max_rows, deadline, step, &params).await
             }
         }
     };
-    let output = match a.timeout {
-        Some(limit) => tokio::time::timeout(limit + DEADLINE_GRACE, work)
-            .await
-            .map_err(|_| {
-                StepFailure::new(
-                    ErrorClass::Timeout,
-                    format!("the statement on `{name}` timed out after {limit:?}"),
-                )
-            })??,
-        None => work.await?,
+    let output = match (a.timeout, deadline) {
+        (Some(limit), Some(deadline)) => {
+            tokio::time::timeout_at((deadline + DEADLINE_GRACE).into(), work)
+                .await
+                .map_err(|_| {
+                    StepFailure::new(
+                        ErrorClass::Timeout,
+                        format!("the statement on `{name}` timed out after {limit:?}"),
+                    )
+                })??
+        }
+        _ => work.await?,
     };
     Ok(StepSuccess::output(output))
 }
@@ -211,7 +216,7 @@ async fn run_postgres(
     pool: &PgPool,
     name: &str,
     max_rows: usize,
-    timeout: Option<Duration>,
+    deadline: Option<Instant>,
     step: &DatabaseStep,
     params: &[Param<'_>],
 ) -> Result<Value, StepFailure> {
@@ -220,8 +225,9 @@ async fn run_postgres(
         .await
         .map_err(|e| acquire_failure(pool, name, e, Backend::Postgres))?;
     let mut session = Session::new(conn);
-    if let Some(limit) = timeout {
-        let ms = limit.as_millis().max(1).to_string();
+    if let Some(deadline) = deadline {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = left.as_millis().max(1).to_string();
         session.altered = true;
         sqlx::query("SELECT set_config('statement_timeout', $1, false)")
             .bind(ms)
@@ -256,7 +262,7 @@ async fn run_sqlite(
     pool: &SqlitePool,
     name: &str,
     max_rows: usize,
-    timeout: Option<Duration>,
+    deadline: Option<Instant>,
     step: &DatabaseStep,
     params: &[Param<'_>],
 ) -> Result<Value, StepFailure> {
@@ -265,8 +271,7 @@ async fn run_sqlite(
         .await
         .map_err(|e| acquire_failure(pool, name, e, Backend::Sqlite))?;
     let mut session = Session::new(conn);
-    if let Some(limit) = timeout {
-        let deadline = Instant::now() + limit;
+    if let Some(deadline) = deadline {
         session.altered = true;
         session
             .conn

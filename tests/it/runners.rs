@@ -810,6 +810,60 @@ async fn runners_database_connection_failures_are_network() {
     }
 }
 
+/// Wait (on a connection of our own) until a statement starting with `prefix` runs
+/// on the Postgres database at `url`.
+async fn running(url: &str, prefix: &str) {
+    let mut watcher = sqlx::PgConnection::connect(url).await.expect("connect");
+    loop {
+        let running: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE state = 'active' AND starts_with(query, $1)",
+        )
+        .bind(prefix)
+        .fetch_one(&mut watcher)
+        .await
+        .expect("pg_stat_activity");
+        if running > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_waiting_for_a_connection_counts_against_the_timeout() {
+    let (url, _guard) = fresh_database(Backend::Postgres).await;
+    let r = runners_with(&[("db", &url)], |c| c.database_max_connections = 1);
+    let dir = tmp();
+    let hold_attempt = attempt(dir.path(), None);
+    let hold_step = db_step("db", "SELECT pg_sleep(1.5)", json!([]));
+    let timed_attempt = attempt(dir.path(), Some(Duration::from_secs(2)));
+    let timed_step = db_step("db", "SELECT pg_sleep(30)", json!([]));
+    let (held, (timed, elapsed)) = within(20, "a step waiting for the only connection", async {
+        let hold = r.database(&hold_attempt, &hold_step);
+        let timed = async {
+            running(&url, "SELECT pg_sleep(1.5)").await;
+            let started = std::time::Instant::now();
+            let result = r.database(&timed_attempt, &timed_step).await;
+            (result, started.elapsed())
+        };
+        tokio::join!(hold, timed)
+    })
+    .await;
+    ok(held);
+    // About 1.5 s of the 2 s went on waiting: the database is told to stop the
+    // statement after what is left, rather than after another 2 s (when the
+    // deadline around it would have cut it off first).
+    let f = failed(timed);
+    assert_eq!(f.class, ErrorClass::Timeout, "{}", f.message);
+    assert!(
+        f.message.contains("cancelled by its timeout"),
+        "{}",
+        f.message
+    );
+    assert!(elapsed < Duration::from_millis(2800), "{elapsed:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runners_database_busy_pool_is_dependency() {
     let (url, _guard) = fresh_database(Backend::Postgres).await;
@@ -831,22 +885,7 @@ async fn runners_database_busy_pool_is_dependency() {
     let (slow, busy) = within(20, "two statements on one connection", async {
         let slow = r.database(&slow_attempt, &slow_step);
         let busy = async {
-            // Wait (on a connection of our own) until the slow statement holds the
-            // runners' only connection.
-            let mut watcher = sqlx::PgConnection::connect(&url).await.expect("connect");
-            loop {
-                let running: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE state = 'active' AND query LIKE 'SELECT pg_sleep(2)%'",
-                )
-                .fetch_one(&mut watcher)
-                .await
-                .expect("pg_stat_activity");
-                if running > 0 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            running(&url, "SELECT pg_sleep(2)").await;
             r.database(&busy_attempt, &busy_step).await
         };
         tokio::join!(slow, busy)
