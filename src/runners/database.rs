@@ -16,7 +16,9 @@
 //! `postgres_statement_text`.)
 //!
 //! Output: `{rows: [{column: value}], row_count, rows_affected, truncated?}`. At most
-//! `max_rows` rows are kept (the rest are counted, not decoded). Column values become
+//! `max_rows` rows are kept (the rest are counted, not decoded). `rows_affected` is
+//! the rows the statement inserted, updated or deleted (on SQLite including those
+//! its triggers changed; Postgres also counts the rows a `SELECT` returned). Column values become
 //! JSON by type: text, integers, floats (NaN and infinities as strings), booleans,
 //! json / jsonb as JSON, timestamps as RFC 3339 (without an offset for `timestamp`),
 //! dates and times as ISO 8601, uuid, numeric as a string (exact), bytea and BLOB as
@@ -246,6 +248,7 @@ async fn run_postgres(
         |r: &sqlx::postgres::PgQueryResult| r.rows_affected(),
     )
     .await
+    .map(Collected::into_json)
     .map_err(|e| e.into_failure(name, Backend::Postgres));
     if session.altered
         && sqlx::query("RESET statement_timeout")
@@ -271,6 +274,9 @@ async fn run_sqlite(
         .await
         .map_err(|e| acquire_failure(pool, name, e, Backend::Sqlite))?;
     let mut session = Session::new(conn);
+    let changes_before = total_changes(&mut session.conn)
+        .await
+        .map_err(|e| query_failure(name, e, Backend::Sqlite))?;
     if let Some(deadline) = deadline {
         session.altered = true;
         session
@@ -301,7 +307,21 @@ async fn run_sqlite(
         drop(handle);
         session.altered = false;
     }
-    result
+    let mut collected = result?;
+    // What sqlx reports is `sqlite3_changes()`: the count of the last INSERT, UPDATE
+    // or DELETE that completed on the connection, whichever statement (or step) that
+    // was. The difference of the running total is this statement's own.
+    if let Ok(changes_after) = total_changes(&mut session.conn).await {
+        collected.rows_affected = u64::try_from(changes_after - changes_before).unwrap_or(0);
+    }
+    Ok(collected.into_json())
+}
+
+/// Rows inserted, updated or deleted on an SQLite connection since it was opened.
+async fn total_changes(conn: &mut sqlx::SqliteConnection) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT total_changes()")
+        .fetch_one(conn)
+        .await
 }
 
 /// A pooled connection whose session an attempt may alter (Postgres's
@@ -469,6 +489,28 @@ impl CollectError {
     }
 }
 
+/// What a statement gave back.
+struct Collected {
+    rows: Vec<Value>,
+    row_count: u64,
+    rows_affected: u64,
+}
+
+impl Collected {
+    /// `{rows, row_count, rows_affected, truncated?}`
+    fn into_json(self) -> Value {
+        let mut o = Map::new();
+        let truncated = self.row_count > self.rows.len() as u64;
+        o.insert("rows".into(), Value::Array(self.rows));
+        o.insert("row_count".into(), json!(self.row_count));
+        o.insert("rows_affected".into(), json!(self.rows_affected));
+        if truncated {
+            o.insert("truncated".into(), Value::Bool(true));
+        }
+        Value::Object(o)
+    }
+}
+
 /// Read the statement's results: rows (decoded up to `max_rows`, counted after),
 /// then the rows affected.
 async fn collect<R, Q>(
@@ -476,7 +518,7 @@ async fn collect<R, Q>(
     max_rows: usize,
     decode: fn(&R) -> Result<Map<String, Value>, StepFailure>,
     affected: fn(&Q) -> u64,
-) -> Result<Value, CollectError> {
+) -> Result<Collected, CollectError> {
     let mut rows = Vec::new();
     let mut row_count: u64 = 0;
     let mut rows_affected: u64 = 0;
@@ -491,15 +533,11 @@ async fn collect<R, Q>(
             }
         }
     }
-    let mut o = Map::new();
-    let truncated = row_count > rows.len() as u64;
-    o.insert("rows".into(), Value::Array(rows));
-    o.insert("row_count".into(), json!(row_count));
-    o.insert("rows_affected".into(), json!(rows_affected));
-    if truncated {
-        o.insert("truncated".into(), Value::Bool(true));
-    }
-    Ok(Value::Object(o))
+    Ok(Collected {
+        rows,
+        row_count,
+        rows_affected,
+    })
 }
 
 /// A failure to get a connection from `pool`.

@@ -617,6 +617,23 @@ async fn database_roundtrip(backend: Backend) {
         .database(&a, &db_step("main", update, json!([9, "' OR 1=1 --"])))
         .await);
     assert_eq!(out["rows_affected"], 2);
+    // A statement that changes nothing reports no change, whatever ran before it on
+    // the connection (Postgres counts the rows a SELECT returned).
+    let out = ok(r
+        .database(
+            &a,
+            &db_step("main", "SELECT count(*) AS n FROM items", json!([])),
+        )
+        .await);
+    assert_eq!(out["rows"], json!([{"n": 3}]));
+    assert_eq!(out["rows_affected"], if pg { 1 } else { 0 });
+    let out = ok(r
+        .database(
+            &a,
+            &db_step("main", "CREATE TABLE other (x INTEGER)", json!([])),
+        )
+        .await);
+    assert_eq!(out["rows_affected"], 0);
 
     // An SQL error: validation, with the database's message.
     let f = failed(
