@@ -670,11 +670,12 @@ fn column_failure(column: &str, type_name: &str, why: impl std::fmt::Display) ->
 fn pg_row(row: &PgRow) -> Result<Map<String, Value>, StepFailure> {
     let mut out = Map::new();
     for (i, column) in row.columns().iter().enumerate() {
-        let raw = row
+        let type_info = column.type_info();
+        let value = row
             .try_get_raw(i)
-            .map_err(|e| column_failure(column.name(), column.type_info().name(), e))?;
-        let type_name = raw.type_info().name().to_string();
-        let value = pg_value(raw).map_err(|e| column_failure(column.name(), &type_name, e))?;
+            .map_err(|e| e.to_string())
+            .and_then(|raw| pg_value(raw, type_info))
+            .map_err(|e| column_failure(column.name(), type_info.name(), e))?;
         out.insert(column.name().to_string(), value);
     }
     Ok(out)
@@ -701,13 +702,12 @@ fn rfc3339(at: chrono::DateTime<chrono::Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
-/// One Postgres value as JSON, by its type.
-fn pg_value(raw: PgValueRef<'_>) -> Result<Value, String> {
+/// One Postgres value as JSON, by its type (its column's).
+fn pg_value(raw: PgValueRef<'_>, type_info: &PgTypeInfo) -> Result<Value, String> {
     use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Utc};
     if raw.is_null() {
         return Ok(Value::Null);
     }
-    let type_info = raw.type_info().into_owned();
     Ok(match type_info.name() {
         "BOOL" => Value::Bool(pg_decode(raw)?),
         "INT2" => json!(pg_decode::<i16>(raw)?),
@@ -830,12 +830,12 @@ pub(super) fn numeric_text(bytes: &[u8]) -> Result<String, String> {
 fn sqlite_row(row: &SqliteRow) -> Result<Map<String, Value>, StepFailure> {
     let mut out = Map::new();
     for (i, column) in row.columns().iter().enumerate() {
-        let declared = column.type_info().name().to_string();
-        let raw = row
+        let declared = column.type_info().name();
+        let value = row
             .try_get_raw(i)
-            .map_err(|e| column_failure(column.name(), &declared, e))?;
-        let value = sqlite_value(raw, &declared)
-            .map_err(|e| column_failure(column.name(), &declared, e))?;
+            .map_err(|e| e.to_string())
+            .and_then(|raw| sqlite_value(raw, declared))
+            .map_err(|e| column_failure(column.name(), declared, e))?;
         out.insert(column.name().to_string(), value);
     }
     Ok(out)
@@ -847,9 +847,9 @@ fn sqlite_value(raw: SqliteValueRef<'_>, declared: &str) -> Result<Value, String
     if raw.is_null() {
         return Ok(Value::Null);
     }
-    let storage = raw.type_info().name().to_string();
+    let storage = raw.type_info().into_owned();
     let decode_err = |e: sqlx::error::BoxDynError| e.to_string();
-    Ok(match storage.as_str() {
+    Ok(match storage.name() {
         "INTEGER" | "BOOLEAN" => {
             let n = <i64 as Decode<Sqlite>>::decode(raw).map_err(decode_err)?;
             if declared.eq_ignore_ascii_case("BOOLEAN") {
