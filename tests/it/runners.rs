@@ -882,6 +882,29 @@ async fn runners_database_waiting_for_a_connection_counts_against_the_timeout() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_database_a_refused_role_is_authentication() {
+    let (url, _guard) = fresh_database(Backend::Postgres).await;
+    let mut url = reqwest::Url::parse(&url).expect("url");
+    url.set_username("no_such_role_awl").expect("user");
+    let r = runners_with(&[("db", url.as_str())], |c| {
+        c.connect_timeout = Duration::from_secs(5);
+    });
+    let dir = tmp();
+    let f = within(
+        20,
+        "a refused role",
+        r.database(
+            &attempt(dir.path(), None),
+            &db_step("db", "SELECT 1", json!([])),
+        ),
+    )
+    .await
+    .expect_err("refused");
+    assert_eq!(f.class, ErrorClass::Authentication, "{}", f.message);
+    assert!(f.message.contains("`db`"), "{}", f.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runners_database_busy_pool_is_dependency() {
     let (url, _guard) = fresh_database(Backend::Postgres).await;
     let r = runners_with(&[("db", &url)], |c| {
