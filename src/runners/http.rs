@@ -12,7 +12,7 @@
 //! | outcome | class |
 //! |---|---|
 //! | status in `expect_status` (default: any 2xx) | success |
-//! | cannot connect, DNS, TLS, connection reset | `network` |
+//! | cannot connect (refused, DNS, TLS, nothing within `connect_timeout`), connection reset | `network` |
 //! | attempt timeout | `timeout` |
 //! | 429 | `rate_limit` (the message carries `Retry-After`) |
 //! | 401, 403 | `authentication` |
@@ -299,22 +299,20 @@ pub(super) fn classify_status(status: u16, expect: &[u16]) -> Option<ErrorClass>
 
 /// A failure before a complete answer: no connection, timeout, reset...
 fn transport_failure(e: reqwest::Error, shown: &str) -> StepFailure {
-    let class = if e.is_timeout() {
-        ErrorClass::Timeout
+    // Connecting comes first: running out of `connect_timeout` is a connection that
+    // could not be made, not the attempt's timeout (which is timed around the send).
+    let (class, what) = if e.is_connect() {
+        // DNS, refused, unreachable, TLS handshake, no answer in time
+        (ErrorClass::Network, "could not connect")
+    } else if e.is_timeout() {
+        (ErrorClass::Timeout, "timed out")
     } else if e.is_builder() {
-        ErrorClass::Validation
+        (ErrorClass::Validation, "failed")
     } else if e.is_redirect() {
-        ErrorClass::Dependency
+        (ErrorClass::Dependency, "failed")
     } else {
-        // connect (DNS, refused, TLS), request, body: the network failed us.
-        ErrorClass::Network
-    };
-    let what = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "could not connect"
-    } else {
-        "failed"
+        // request, body: the network failed us.
+        (ErrorClass::Network, "failed")
     };
     let e = e.without_url();
     StepFailure::new(class, format!("{shown} {what}: {}", error_chain(&e)))

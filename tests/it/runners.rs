@@ -1194,6 +1194,46 @@ async fn runners_http_connection_refused_is_network() {
 }
 
 #[tokio::test]
+async fn runners_http_a_connect_timeout_is_network() {
+    // A listener that never accepts, with its accept queue full: the kernel drops
+    // further SYNs, so connecting hangs until the connect timeout.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+        .expect("bind");
+    let listener = socket.listen(0).expect("listen");
+    let addr = listener.local_addr().expect("addr");
+    let mut queued = Vec::new();
+    for _ in 0..4 {
+        if let Ok(Ok(stream)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            queued.push(stream);
+        }
+    }
+    let r = Runners::new(RunnersConfig {
+        connect_timeout: Duration::from_millis(300),
+        ..RunnersConfig::default()
+    });
+    let dir = tmp();
+    let f = within(
+        15,
+        "a connection that is never accepted",
+        r.http(
+            &attempt(dir.path(), Some(Duration::from_secs(10))),
+            &http_step(json!({"url": format!("http://{addr}/x")})),
+        ),
+    )
+    .await
+    .expect_err("cannot connect");
+    assert_eq!(f.class, ErrorClass::Network, "{}", f.message);
+    assert!(f.message.contains("could not connect"), "{}", f.message);
+}
+
+#[tokio::test]
 async fn runners_notify_posts_a_slack_and_discord_compatible_body() {
     let (base, server) = serve().await;
     let r = Runners::new(RunnersConfig::default());
