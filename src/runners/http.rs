@@ -185,7 +185,7 @@ pub(super) async fn send(
     req: Request,
 ) -> Result<StepSuccess, StepFailure> {
     let shown = format!("{} {}", req.method, redacted(&req.url));
-    let exchange = exchange(client, &req, a.timeout, &shown);
+    let exchange = exchange(client, &req, &shown);
     let answer = match a.timeout {
         Some(limit) => tokio::time::timeout(limit, exchange)
             .await
@@ -220,10 +220,11 @@ fn timed_out(shown: &str, limit: Duration) -> StepFailure {
     )
 }
 
+/// The request and its answer, body read up to the cap. The attempt's timeout is
+/// the caller's, around all of it.
 async fn exchange(
     client: &reqwest::Client,
     req: &Request,
-    timeout: Option<Duration>,
     shown: &str,
 ) -> Result<Answer, StepFailure> {
     let mut builder = client
@@ -231,9 +232,6 @@ async fn exchange(
         .headers(req.headers.clone());
     if let Some(body) = &req.body {
         builder = builder.json(body);
-    }
-    if let Some(limit) = timeout {
-        builder = builder.timeout(limit);
     }
     let mut response = builder
         .send()

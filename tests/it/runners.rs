@@ -1150,6 +1150,12 @@ async fn runners_http_slow_responses_time_out() {
     .await
     .expect_err("times out");
     assert_eq!(f.class, ErrorClass::Timeout, "{}", f.message);
+    assert!(
+        f.message
+            .starts_with(&format!("GET {base}/slow timed out after 300ms")),
+        "{}",
+        f.message
+    );
 }
 
 #[tokio::test]
