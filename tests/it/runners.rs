@@ -1001,6 +1001,10 @@ async fn serve() -> (String, Server) {
         )
         .route("/big", get(|| async { "a".repeat(5 * 1024 * 1024) }))
         .route(
+            "/loop",
+            get(|| async { axum::response::Redirect::temporary("/loop") }),
+        )
+        .route(
             "/hook",
             post(|State(s): State<Server>, body: String| async move {
                 let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
@@ -1125,6 +1129,11 @@ async fn runners_http_failures_are_classified() {
         .await,
     );
     assert_eq!(f.class, ErrorClass::Validation);
+
+    let f = failed(r.http(&a, &get("/loop")).await);
+    assert_eq!(f.class, ErrorClass::Dependency, "{}", f.message);
+    assert!(f.message.contains("redirect"), "{}", f.message);
+    assert!(!f.message.contains("sekrit"), "{}", f.message);
 
     let f = failed(
         r.http(&a, &http_step(json!({"url": "file:///etc/passwd"})))
