@@ -14,6 +14,10 @@
 //!   still fail fast). Its success closes the breaker; its failure opens it again for
 //!   another `open_for`.
 //!
+//! Calls let through before the breaker opened still count when they end: a success
+//! closes it (the dependency answered), and a trial that ends after that is counted
+//! as an ordinary call of the closed breaker.
+//!
 //! What counts: `validation` failures mean the other side answered and the request was
 //! wrong (an HTTP 404, an SQL syntax error), so for the breaker they are successes;
 //! `budget` failures say nothing about the dependency and are ignored; every other
@@ -23,6 +27,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -159,7 +164,8 @@ impl Outcome {
 struct KeyState {
     consecutive_failures: u32,
     open_until: Option<Instant>,
-    trial_in_flight: bool,
+    /// The id of the half-open breaker's trial call, while it runs.
+    trial: Option<u64>,
 }
 
 /// Every key's breaker.
@@ -168,6 +174,9 @@ pub(crate) struct Breakers {
     config: BreakerConfig,
     clock: Arc<dyn Clock>,
     states: Arc<Mutex<HashMap<String, KeyState>>>,
+    /// Ids of trial calls: a trial that outlived its half-open period (the breaker
+    /// closed and opened again meanwhile) is not mistaken for the current one.
+    next_trial: Arc<AtomicU64>,
 }
 
 impl Breakers {
@@ -176,6 +185,7 @@ impl Breakers {
             config,
             clock,
             states: Arc::default(),
+            next_trial: Arc::default(),
         }
     }
 
@@ -191,14 +201,14 @@ impl Breakers {
             return Ok(Permit {
                 breakers: None,
                 key: String::new(),
-                trial: false,
+                trial: None,
                 recorded: true,
             });
         }
         let now = self.clock.now();
         let mut states = self.lock();
         let st = states.entry(key.to_string()).or_default();
-        let mut trial = false;
+        let mut trial = None;
         if let Some(until) = st.open_until {
             if now < until {
                 let remaining = until - now;
@@ -211,13 +221,14 @@ impl Breakers {
                     until: wall.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                 });
             }
-            if st.trial_in_flight {
+            if st.trial.is_some() {
                 return Err(BreakerOpen::TrialRunning {
                     key: key.to_string(),
                 });
             }
-            st.trial_in_flight = true;
-            trial = true;
+            let id = self.next_trial.fetch_add(1, Ordering::Relaxed);
+            st.trial = Some(id);
+            trial = Some(id);
         }
         Ok(Permit {
             breakers: Some(self.clone()),
@@ -227,9 +238,13 @@ impl Breakers {
         })
     }
 
-    fn record(&self, key: &str, trial: bool, outcome: Outcome) {
+    fn record(&self, key: &str, trial: Option<u64>, outcome: Outcome) {
         let now = self.clock.now();
         let mut states = self.lock();
+        // A trial decides the half-open state only while it is the current trial;
+        // otherwise (another call closed the breaker meanwhile) it is an ordinary
+        // call.
+        let trial = trial.is_some() && states.get(key).is_some_and(|st| st.trial == trial);
         match outcome {
             Outcome::Success => {
                 // Closed with no failures is the same as no entry.
@@ -239,7 +254,7 @@ impl Breakers {
                 let st = states.entry(key.to_string()).or_default();
                 st.consecutive_failures = st.consecutive_failures.saturating_add(1);
                 if trial {
-                    st.trial_in_flight = false;
+                    st.trial = None;
                     st.open_until = Some(now + self.config.open_for);
                 } else if st.consecutive_failures >= self.config.failures {
                     st.open_until = Some(now + self.config.open_for);
@@ -247,7 +262,7 @@ impl Breakers {
             }
             Outcome::Neutral => {
                 if trial && let Some(st) = states.get_mut(key) {
-                    st.trial_in_flight = false;
+                    st.trial = None;
                 }
             }
         }
@@ -266,7 +281,7 @@ impl Breakers {
                 },
                 Some(until) if now < until => BreakerState::Open { until },
                 Some(_) => BreakerState::HalfOpen {
-                    trial_in_flight: st.trial_in_flight,
+                    trial_in_flight: st.trial.is_some(),
                 },
             },
         }
@@ -280,7 +295,8 @@ impl Breakers {
 pub(crate) struct Permit {
     breakers: Option<Breakers>,
     key: String,
-    trial: bool,
+    /// The trial's id, when this is a half-open breaker's trial call.
+    trial: Option<u64>,
     recorded: bool,
 }
 
@@ -418,6 +434,50 @@ mod tests {
             }
         );
         assert!(b.acquire("k").is_ok(), "another trial may go");
+    }
+
+    #[test]
+    fn a_trial_that_ends_after_the_breaker_closed_counts_as_an_ordinary_call() {
+        let (b, clock) = breakers(2);
+        // A slow call, let through while the breaker was still closed.
+        let slow = b.acquire("k").expect("closed");
+        fail(&b, "k");
+        fail(&b, "k");
+        clock.advance(Duration::from_secs(30));
+        let trial = b.acquire("k").expect("trial");
+        // The slow call succeeds: the dependency answers, the breaker closes.
+        slow.record(Outcome::Success);
+        assert_eq!(
+            b.state("k"),
+            BreakerState::Closed {
+                consecutive_failures: 0
+            }
+        );
+        // The trial's failure is one failure of a closed breaker, not a failed trial.
+        trial.record(Outcome::Failure);
+        assert_eq!(
+            b.state("k"),
+            BreakerState::Closed {
+                consecutive_failures: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_stale_trial_does_not_free_the_slot_of_the_current_one() {
+        let (b, clock) = breakers(1);
+        let slow = b.acquire("k").expect("closed");
+        fail(&b, "k");
+        clock.advance(Duration::from_secs(30));
+        let stale = b.acquire("k").expect("trial");
+        slow.record(Outcome::Success);
+        fail(&b, "k");
+        clock.advance(Duration::from_secs(30));
+        let _current = b.acquire("k").expect("a new trial");
+        // The stale trial is cancelled: the current trial still holds the slot.
+        drop(stale);
+        let err = b.acquire("k").err().expect("trial running");
+        assert!(matches!(err, BreakerOpen::TrialRunning { .. }), "{err}");
     }
 
     #[test]
