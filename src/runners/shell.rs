@@ -422,23 +422,38 @@ fn signal_name(signal: i32) -> String {
     format!("signal {signal} ({name})")
 }
 
-/// Kill every process of group `pgid`.
+/// The command killing every process of group `pgid`.
 ///
 /// awl forbids `unsafe`, so there is no direct `kill(2)`; `/bin/sh`'s `kill`
 /// built-in does it (the group id is an argv element, not script text).
-async fn kill_group(pgid: u32) {
-    let _ = tokio::process::Command::new("/bin/sh")
-        .args(KILL_GROUP_ARGS)
+fn kill_group_command(pgid: u32) -> std::process::Command {
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.args(["-c", r#"kill -s KILL -- "-$1" 2>/dev/null"#, "awl"])
         .arg(pgid.to_string())
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await;
+        .stderr(Stdio::null());
+    cmd
 }
 
-const KILL_GROUP_ARGS: [&str; 3] = ["-c", r#"kill -s KILL -- "-$1" 2>/dev/null"#, "awl"];
+/// Kill every process of group `pgid` (a group already gone is no error).
+async fn kill_group(pgid: u32) {
+    let status = tokio::process::Command::from(kill_group_command(pgid))
+        .status()
+        .await;
+    if let Err(e) = status {
+        kill_group_failed(pgid, &e);
+    }
+}
+
+fn kill_group_failed(pgid: u32, e: &std::io::Error) {
+    tracing::warn!(
+        pgid,
+        error = %e,
+        "cannot run /bin/sh to kill a shell step's process group; its processes may outlive the step"
+    );
+}
 
 /// Kills the process group when dropped before it was dealt with (the attempt's
 /// future was cancelled).
@@ -446,15 +461,10 @@ struct GroupGuard(Option<u32>);
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            let _ = std::process::Command::new("/bin/sh")
-                .args(KILL_GROUP_ARGS)
-                .arg(pgid.to_string())
-                .env_clear()
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+        if let Some(pgid) = self.0.take()
+            && let Err(e) = kill_group_command(pgid).status()
+        {
+            kill_group_failed(pgid, &e);
         }
     }
 }

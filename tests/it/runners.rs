@@ -346,6 +346,35 @@ async fn runners_shell_leftover_background_processes_do_not_outlive_the_step() {
 }
 
 #[tokio::test]
+async fn runners_shell_a_cancelled_attempt_kills_its_process_group() {
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+    let pid_file = dir.path().join("pid");
+    // No timeout of its own: the caller gives up on it (drops the future).
+    let step = shell(json!({
+        "script": "sleep 30 & echo $! > \"$1\"; wait",
+        "args": [pid_file.display().to_string()],
+    }));
+    let a = attempt(dir.path(), None);
+    let cancelled = tokio::time::timeout(Duration::from_millis(500), r.shell(&a, &step)).await;
+    assert!(
+        cancelled.is_err(),
+        "the step ended by itself: {cancelled:?}"
+    );
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .expect("the script wrote its pid file")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let mut waited = 0;
+    while !ended(pid) {
+        assert!(waited < 50, "the background sleep {pid} still runs");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+}
+
+#[tokio::test]
 async fn runners_shell_output_is_capped_and_the_child_never_blocks() {
     let dir = tmp();
     let r = Runners::new(RunnersConfig::default());
