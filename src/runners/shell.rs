@@ -213,7 +213,7 @@ pub(super) fn prepare(
 }
 
 /// Spawn the process, feed it, capture it, wait for it (or kill it), classify.
-pub(super) async fn run(a: &Attempt<'_>, p: Prepared) -> Result<StepSuccess, StepFailure> {
+pub(super) async fn run(a: &Attempt<'_>, mut p: Prepared) -> Result<StepSuccess, StepFailure> {
     let mut cmd = tokio::process::Command::new(&p.program);
     cmd.args(&p.args)
         .env_clear()
@@ -234,7 +234,7 @@ pub(super) async fn run(a: &Attempt<'_>, p: Prepared) -> Result<StepSuccess, Ste
     // been dealt with, dropping this (the attempt was cancelled) kills it.
     let mut group = GroupGuard(child.id());
 
-    let stdin_task = match (child.stdin.take(), p.stdin.clone()) {
+    let stdin_task = match (child.stdin.take(), p.stdin.take()) {
         (Some(mut pipe), Some(text)) => Some(tokio::spawn(async move {
             // A child that exits without reading all of it is not an error here.
             let _ = pipe.write_all(text.as_bytes()).await;
@@ -261,7 +261,8 @@ pub(super) async fn run(a: &Attempt<'_>, p: Prepared) -> Result<StepSuccess, Ste
     if let Some(task) = stdin_task {
         task.abort();
     }
-    let (out, err) = (stdout.finish().await, stderr.finish().await);
+    // Both at once: a process that left the group may hold both pipes.
+    let (out, err) = tokio::join!(stdout.finish(), stderr.finish());
 
     let status = match waited {
         None => {

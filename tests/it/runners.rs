@@ -375,6 +375,43 @@ async fn runners_shell_a_cancelled_attempt_kills_its_process_group() {
 }
 
 #[tokio::test]
+async fn runners_shell_a_process_that_left_the_group_delays_the_step_by_the_grace_only() {
+    // `setsid` takes the sleep out of the step's process group (so it is not
+    // killed), still holding stdout and stderr: the step waits for the pipes for
+    // the grace period (2 s), once for both, and then ends with what it read.
+    let dir = tmp();
+    let r = Runners::new(RunnersConfig::default());
+    let started = std::time::Instant::now();
+    let out = ok(within(
+        15,
+        "a step whose pipes stay open",
+        r.shell(
+            &attempt(dir.path(), None),
+            &shell(json!({
+                // The step ends only once the sleep has left its group.
+                "script": "setsid sh -c 'echo $$; : > \"$1\"; exec sleep 10' awl \"$1\" & \
+                           while [ ! -e \"$1\" ]; do sleep 0.01; done; echo err >&2",
+                "args": [dir.path().join("escaped").display().to_string()],
+            })),
+        ),
+    )
+    .await);
+    let elapsed = started.elapsed();
+    let pid = out["stdout"]
+        .as_str()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    if let Some(pid) = pid {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+    }
+    assert!(pid.is_some(), "{out}");
+    assert_eq!(out["stderr"], "err\n");
+    assert!(elapsed >= Duration::from_millis(1900), "{elapsed:?}");
+    assert!(elapsed < Duration::from_millis(3500), "{elapsed:?}");
+}
+
+#[tokio::test]
 async fn runners_shell_output_is_capped_and_the_child_never_blocks() {
     let dir = tmp();
     let r = Runners::new(RunnersConfig::default());
