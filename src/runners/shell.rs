@@ -41,7 +41,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use crate::domain::run::ErrorClass;
 use crate::workflow::model::ShellStep;
 
-use super::{Attempt, StepFailure, StepSuccess, clip};
+use super::{Attempt, StepFailure, StepSuccess};
 
 /// Environment variables passed through from awl's own environment.
 const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
@@ -358,15 +358,12 @@ fn stderr_excerpt(err: &Captured) -> String {
         return String::new();
     }
     // The end of stderr is where the reason usually is.
-    let start = text.len().saturating_sub(MESSAGE_STDERR_BYTES);
-    let start = (start..text.len())
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(text.len());
+    let mut start = text.len().saturating_sub(MESSAGE_STDERR_BYTES);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
     let prefix = if start > 0 { "…" } else { "" };
-    format!(
-        "; stderr: {prefix}{}",
-        clip(&text[start..], MESSAGE_STDERR_BYTES)
-    )
+    format!("; stderr: {prefix}{}", &text[start..])
 }
 
 /// `{stdout, stderr, exit_code, stdout_truncated?, stderr_truncated?, json?, signal?}`
@@ -732,6 +729,22 @@ mod tests {
         assert_eq!(class(ErrorKind::PermissionDenied), ErrorClass::Dependency);
         assert_eq!(class(ErrorKind::InvalidInput), ErrorClass::Validation);
         assert_eq!(class(ErrorKind::Other), ErrorClass::Unknown);
+    }
+
+    #[test]
+    fn failure_messages_quote_the_end_of_stderr() {
+        let captured = |text: &str| Captured {
+            kept: text.as_bytes().to_vec(),
+            truncated: false,
+        };
+        assert_eq!(stderr_excerpt(&captured(" \n")), "");
+        assert_eq!(stderr_excerpt(&captured("  boom\n")), "; stderr: boom");
+        // 'é' is two bytes: the last 500 bytes start in the middle of one.
+        let long = format!("{}{}", "é".repeat(300), "x".repeat(99));
+        assert_eq!(
+            stderr_excerpt(&captured(&long)),
+            format!("; stderr: …{}{}", "é".repeat(200), "x".repeat(99))
+        );
     }
 
     #[test]
