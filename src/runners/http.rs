@@ -160,7 +160,7 @@ struct Answer {
 
 impl Answer {
     fn output(&self) -> Value {
-        let text = String::from_utf8_lossy(&self.body.kept);
+        let text = self.body.text();
         let body = if self.body.truncated {
             Value::String(text.into_owned())
         } else {
@@ -202,7 +202,7 @@ pub(super) async fn send(
             } else if class == ErrorClass::RateLimit {
                 message.push_str(" (no Retry-After)");
             }
-            let body = String::from_utf8_lossy(&answer.body.kept);
+            let body = answer.body.text();
             let body = body.trim();
             if !body.is_empty() {
                 message.push_str(": ");

@@ -17,7 +17,8 @@
 //! killed (a `sh -c 'sleep 30 & wait'` does not leave its `sleep` behind), and when
 //! the main process exits whatever it left running in its group is killed too: a
 //! step does not outlive itself. stdout and stderr are each kept up to the cap and
-//! read (and dropped) past it, so a chatty child never blocks on a full pipe.
+//! read (and dropped) past it, so a chatty child never blocks on a full pipe; a
+//! character the cap cuts in two is left out of the text.
 //!
 //! | outcome | class |
 //! |---|---|
@@ -29,6 +30,7 @@
 //! | attempt timeout | `timeout` (partial output attached) |
 //! | `command` and `script` both or neither, missing `working_dir`, NUL bytes, bad or reserved env names | `validation` |
 
+use std::borrow::Cow;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -352,7 +354,7 @@ fn spawn_failure(p: &Prepared, e: &std::io::Error) -> StepFailure {
 }
 
 fn stderr_excerpt(err: &Captured) -> String {
-    let text = String::from_utf8_lossy(&err.kept);
+    let text = err.text();
     let text = text.trim();
     if text.is_empty() {
         return String::new();
@@ -373,7 +375,7 @@ fn output_json(
     exit_code: Option<i32>,
     signal: Option<&str>,
 ) -> Value {
-    let stdout = String::from_utf8_lossy(&out.kept).into_owned();
+    let stdout = out.text().into_owned();
     let mut o = Map::new();
     if !out.truncated
         && !stdout.trim().is_empty()
@@ -382,10 +384,7 @@ fn output_json(
         o.insert("json".into(), parsed);
     }
     o.insert("stdout".into(), Value::String(stdout));
-    o.insert(
-        "stderr".into(),
-        Value::String(String::from_utf8_lossy(&err.kept).into_owned()),
-    );
+    o.insert("stderr".into(), Value::String(err.text().into_owned()));
     o.insert("exit_code".into(), json!(exit_code));
     if out.truncated {
         o.insert("stdout_truncated".into(), Value::Bool(true));
@@ -487,6 +486,40 @@ impl Captured {
             self.kept.extend_from_slice(chunk);
         }
     }
+
+    /// What was kept, as text (invalid UTF-8 replaced by U+FFFD). When the cap cut a
+    /// character in two, its first bytes are left out rather than shown as U+FFFD.
+    pub(super) fn text(&self) -> Cow<'_, str> {
+        let kept = if self.truncated {
+            without_cut_character(&self.kept)
+        } else {
+            &self.kept
+        };
+        String::from_utf8_lossy(kept)
+    }
+}
+
+/// `bytes` without the first bytes of a UTF-8 sequence that lacks its last ones.
+fn without_cut_character(bytes: &[u8]) -> &[u8] {
+    // The lead byte of the last sequence is at most 3 bytes before the end.
+    for back in 1..=bytes.len().min(4) {
+        let byte = bytes[bytes.len() - back];
+        if byte & 0b1100_0000 != 0b1000_0000 {
+            // Not a continuation byte: how long is its sequence?
+            let length = match byte {
+                0xF0.. => 4,
+                0xE0.. => 3,
+                0xC0.. => 2,
+                _ => 1,
+            };
+            return if length > back {
+                &bytes[..bytes.len() - back]
+            } else {
+                bytes
+            };
+        }
+    }
+    bytes
 }
 
 /// A stream being read into a [`Captured`] by a task of its own.
@@ -583,6 +616,31 @@ mod tests {
         let mut exact = Captured::default();
         exact.push(b"12345678", 8);
         assert!(!exact.truncated, "exactly the cap is not truncated");
+    }
+
+    #[test]
+    fn a_character_cut_by_the_cap_is_left_out() {
+        // "é" is C3 A9, "€" is E2 82 AC, "😀" is F0 9F 98 80.
+        let cut = |text: &str, cap: u64| {
+            let mut c = Captured::default();
+            c.push(text.as_bytes(), cap);
+            c.text().into_owned()
+        };
+        assert_eq!(cut("aé", 2), "a");
+        assert_eq!(cut("a€", 2), "a");
+        assert_eq!(cut("a€", 3), "a");
+        assert_eq!(cut("a😀", 4), "a");
+        assert_eq!(cut("aéb", 3), "aé", "a complete character stays");
+        assert_eq!(cut("a😀b", 5), "a😀");
+        assert_eq!(cut("abc", 2), "ab");
+        // Invalid bytes that were not cut are still shown as replaced.
+        let mut c = Captured::default();
+        c.push(b"\xff\xffabc", 3);
+        assert_eq!(c.text(), "\u{fffd}\u{fffd}a");
+        // Nothing is dropped from an output that was not cut.
+        let mut c = Captured::default();
+        c.push(&"aé".as_bytes()[..2], 8);
+        assert_eq!(c.text(), "a\u{fffd}");
     }
 
     #[test]
