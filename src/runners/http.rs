@@ -154,12 +154,12 @@ struct Answer {
     status: u16,
     reason: &'static str,
     headers: Map<String, Value>,
-    retry_after: Option<String>,
     body: Captured,
 }
 
 impl Answer {
-    fn output(&self) -> Value {
+    /// `{status, headers, body, truncated?}`
+    fn into_output(self) -> Value {
         let text = self.body.text();
         let body = if self.body.truncated {
             Value::String(text.into_owned())
@@ -169,7 +169,7 @@ impl Answer {
         };
         let mut o = Map::new();
         o.insert("status".into(), json!(self.status));
-        o.insert("headers".into(), Value::Object(self.headers.clone()));
+        o.insert("headers".into(), Value::Object(self.headers));
         o.insert("body".into(), body);
         if self.body.truncated {
             o.insert("truncated".into(), Value::Bool(true));
@@ -192,25 +192,22 @@ pub(super) async fn send(
             .map_err(|_| timed_out(&shown, limit))??,
         None => exchange.await?,
     };
-    let output = answer.output();
-    match classify_status(answer.status, &req.expect) {
-        None => Ok(StepSuccess::output(output)),
-        Some(class) => {
-            let mut message = format!("{shown} answered {} {}", answer.status, answer.reason);
-            if let Some(retry_after) = &answer.retry_after {
-                message.push_str(&format!(" (Retry-After: {retry_after})"));
-            } else if class == ErrorClass::RateLimit {
-                message.push_str(" (no Retry-After)");
-            }
-            let body = answer.body.text();
-            let body = body.trim();
-            if !body.is_empty() {
-                message.push_str(": ");
-                message.push_str(&clip(body, MESSAGE_BODY_BYTES));
-            }
-            Err(StepFailure::new(class, message).with_output(output))
-        }
+    let Some(class) = classify_status(answer.status, &req.expect) else {
+        return Ok(StepSuccess::output(answer.into_output()));
+    };
+    let mut message = format!("{shown} answered {} {}", answer.status, answer.reason);
+    match answer.headers.get("retry-after").and_then(Value::as_str) {
+        Some(retry_after) => message.push_str(&format!(" (Retry-After: {retry_after})")),
+        None if class == ErrorClass::RateLimit => message.push_str(" (no Retry-After)"),
+        None => {}
     }
+    let body = answer.body.text();
+    let body = body.trim();
+    if !body.is_empty() {
+        message.push_str(": ");
+        message.push_str(&clip(body, MESSAGE_BODY_BYTES));
+    }
+    Err(StepFailure::new(class, message).with_output(answer.into_output()))
 }
 
 fn timed_out(shown: &str, limit: Duration) -> StepFailure {
@@ -252,10 +249,6 @@ async fn exchange(
             }
         }
     }
-    let retry_after = headers
-        .get("retry-after")
-        .and_then(Value::as_str)
-        .map(str::to_string);
     let mut body = Captured::default();
     while let Some(chunk) = response
         .chunk()
@@ -272,7 +265,6 @@ async fn exchange(
         status: status.as_u16(),
         reason: status.canonical_reason().unwrap_or(""),
         headers,
-        retry_after,
         body,
     })
 }
@@ -494,13 +486,12 @@ mod tests {
             status: 200,
             reason: "OK",
             headers: Map::new(),
-            retry_after: None,
             body: Captured {
                 kept: b"{\"a\":".to_vec(),
                 truncated: true,
             },
         };
-        let out = answer.output();
+        let out = answer.into_output();
         assert_eq!(out["body"], "{\"a\":");
         assert_eq!(out["truncated"], true);
     }
