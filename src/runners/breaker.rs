@@ -3,8 +3,8 @@
 //! Retries and error handlers work per step; without a breaker, a hundred runs whose
 //! steps call the same broken API each retry it, and the API (or whoever is paged for
 //! it) gets all of them. A breaker is kept per key (`shell:<program>`,
-//! `http:<host>:<port>`, `database:<connection>`; built-in tools have none) and is a
-//! three-state machine:
+//! `shell:<shell> script <fingerprint of the script>`, `http:<host>:<port>`,
+//! `database:<connection>`; built-in tools have none) and is a three-state machine:
 //!
 //! - **closed**: calls go through; consecutive failures are counted, and a success
 //!   resets the count. At [`BreakerConfig::failures`] consecutive failures it opens.

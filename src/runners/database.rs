@@ -6,8 +6,9 @@
 //!
 //! **The query text is used as written and values are bind parameters** (`$1`, `$2`
 //! on Postgres, `?1` or `?` on SQLite), bound in order from `params`: strings as
-//! text, integers as 64-bit integers, other numbers as doubles, booleans, `null`, and
-//! objects or arrays as JSON (`jsonb` on Postgres, text on SQLite). A value such as
+//! text, integers as 64-bit integers (one beyond the signed range is refused: pass it
+//! as a string), other numbers as doubles, booleans, `null`, and objects or arrays
+//! as JSON (`jsonb` on Postgres, text on SQLite). A value such as
 //! `' OR 1=1 --` is stored and compared as that string. A string bound where
 //! Postgres wants another type needs a cast in the query (`$1::timestamptz`); `null`
 //! is sent untyped so it fits any column. (On Postgres, a comment naming the
@@ -35,7 +36,7 @@
 //!
 //! | outcome | class |
 //! |---|---|
-//! | unknown connection name (the known ones are listed), bad URL | `validation` |
+//! | unknown connection name (the known ones are listed), bad URL, integer param beyond 64 bits | `validation` |
 //! | cannot connect (refused, DNS, missing database or file) | `network` |
 //! | every pooled connection stayed busy for `connect_timeout` | `dependency` |
 //! | password or role refused (SQLSTATE 28xxx) | `authentication` |

@@ -10,15 +10,15 @@
 //!   rendered values reach a process only as argv elements, environment variables or
 //!   stdin, and a database only as bind parameters. No runner concatenates a value
 //!   into shell or SQL text, so `"; rm -rf ~; echo "` is just a string.
-//! - **Everything is bounded.** Output of processes and HTTP bodies are capped (and
-//!   drained past the cap so a child never blocks), rows are capped, every attempt
-//!   honours its timeout, and a timed-out process is killed with its whole process
-//!   group.
+//! - **Everything is bounded.** Process output is capped (and drained past the cap
+//!   so a child never blocks), HTTP bodies are read up to the cap and no further,
+//!   rows are capped, every attempt honours its timeout, and a timed-out or
+//!   cancelled process is killed with its whole process group.
 //! - **Every failure is classified** into an [`ErrorClass`] so the executor can pick
 //!   the error handler (DESIGN §4). The classification table is in each runner's
 //!   docs and tested.
-//! - **A circuit breaker** per program, host or connection stops hammering something
-//!   that keeps failing ([`breaker`]).
+//! - **A circuit breaker** per program (or script), host or connection stops
+//!   hammering something that keeps failing ([`breaker`]).
 //!
 //! A runner returns [`StepSuccess`] or [`StepFailure`]; it never panics on anything
 //! that comes from outside (processes, servers, databases, inputs).
@@ -128,7 +128,8 @@ impl StepFailure {
 #[derive(Debug, Clone)]
 pub struct RunnersConfig {
     /// Database connections `database` steps may name: `postgres://...` or
-    /// `sqlite://...` URLs (a SQLite file is created with `?mode=rwc`).
+    /// `sqlite://...` URLs (a SQLite file is created only if its URL asks, with
+    /// `?mode=rwc`).
     pub connections: BTreeMap<String, String>,
     /// The cap on stdout, stderr and HTTP bodies when a step sets none (1 MiB).
     pub max_output_bytes_default: u64,
@@ -267,8 +268,9 @@ impl Runners {
         builtin::run(&self.inner.config, a, tool, inputs).await
     }
 
-    /// The breaker of `key` (`shell:git`, `http:api.example.com:443`,
-    /// `database:main`), for the executor's timeline and for tests.
+    /// The breaker of `key` (`shell:git`, `shell:sh script <fingerprint>`,
+    /// `http:api.example.com:443`, `database:main`), for the executor's timeline and
+    /// for tests.
     pub fn breaker_state(&self, key: &str) -> breaker::BreakerState {
         self.inner.breakers.state(key)
     }
