@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use awl::domain::ids::RunId;
 use awl::domain::run::ErrorClass;
+use awl::runners::breaker::BreakerState;
 use awl::runners::{
     Attempt, BreakerConfig, ManualClock, Runners, RunnersConfig, StepFailure, StepSuccess,
 };
@@ -126,37 +127,29 @@ async fn runners_shell_environment_is_minimal() {
         )
         .await);
     let stdout = out["stdout"].as_str().expect("stdout");
-    let names: Vec<&str> = stdout
+    let mut names: Vec<&str> = stdout
         .lines()
         .filter_map(|line| line.split_once('=').map(|(k, _)| k))
         .collect();
-    let allowed = [
-        "PATH",
-        "HOME",
-        "LANG",
-        "TMPDIR",
-        "MINE",
-        "AWL_RUN_ID",
-        "AWL_STEP_ID",
-        "AWL_ATTEMPT",
-        "AWL_IDEMPOTENCY_KEY",
-        // set by `env`'s own shell on some systems
-        "PWD",
-        "SHLVL",
-        "_",
-    ];
-    for name in &names {
-        assert!(
-            allowed.contains(name),
-            "unexpected variable {name} in {stdout}"
-        );
-    }
-    assert!(
-        names.contains(&"PATH") && names.contains(&"MINE"),
-        "{stdout}"
-    );
-    // The test runner's own variables (cargo sets many) did not leak.
-    assert!(!stdout.contains("CARGO"), "{stdout}");
+    names.sort_unstable();
+    // Exactly: what awl passes on from its own environment (PATH always, a default
+    // if it has none), the step's env, and awl's variables. `env` is run directly,
+    // so no shell adds PWD, SHLVL or `_`.
+    let mut expected: Vec<&str> = ["HOME", "LANG", "TMPDIR"]
+        .into_iter()
+        .filter(|name| std::env::var_os(name).is_some())
+        .chain([
+            "PATH",
+            "MINE",
+            "AWL_RUN_ID",
+            "AWL_STEP_ID",
+            "AWL_ATTEMPT",
+            "AWL_IDEMPOTENCY_KEY",
+        ])
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(names, expected, "{stdout}");
+    assert!(stdout.lines().any(|line| line == "MINE=1"), "{stdout}");
 }
 
 #[tokio::test]
@@ -533,9 +526,11 @@ async fn runners_shell_values_are_inert_in_args_env_and_stdin() {
         assert_eq!(out["stdout"], value.as_str(), "stdin");
     }
     no_marker(&marker);
-    // `rm -rf ~` did not run either: the temp dir (under no home) is intact, and
-    // HOME still exists.
+    // `rm -rf ~` did not run either: the workflow's folder and HOME still exist.
     assert!(dir.path().exists());
+    if let Some(home) = std::env::var_os("HOME") {
+        assert!(Path::new(&home).exists(), "{}", Path::new(&home).display());
+    }
 }
 
 // ---------------------------------------------------------------- database
@@ -1423,6 +1418,13 @@ async fn runners_circuit_breaker_opens_fails_fast_and_closes_after_a_good_trial(
     // A good trial closes it.
     clock.advance(Duration::from_secs(30));
     ok(r.http(&a, &good).await);
+    let key = format!("http:{}", base.trim_start_matches("http://"));
+    assert_eq!(
+        r.breaker_state(&key),
+        BreakerState::Closed {
+            consecutive_failures: 0
+        }
+    );
     ok(r.http(&a, &good).await);
 
     // Built-in tools have no breaker.
@@ -1469,6 +1471,12 @@ async fn runners_circuit_breaker_keys_shell_steps_by_program() {
     std::fs::write(&flag, b"").expect("flag");
     clock.advance(Duration::from_secs(30));
     ok(r.shell(&a, &check).await);
+    assert_eq!(
+        r.breaker_state("shell:test"),
+        BreakerState::Closed {
+            consecutive_failures: 0
+        }
+    );
     ok(r.shell(&a, &check).await);
 }
 
