@@ -75,6 +75,36 @@ fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
 }
 
+/// `step` ends within `secs`, failing with `class`; the failure.
+async fn fails_within(
+    secs: u64,
+    what: &str,
+    class: ErrorClass,
+    step: impl std::future::Future<Output = Result<StepSuccess, StepFailure>>,
+) -> StepFailure {
+    let f = failed(within(secs, what, step).await);
+    assert_eq!(f.class, class, "{what}: {}", f.message);
+    f
+}
+
+/// A local port nothing listens on.
+fn refused_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// Runners whose breakers open after 2 failures for 30 s of `clock`'s time.
+fn breaking_runners(clock: &Arc<ManualClock>) -> Runners {
+    Runners::new(RunnersConfig {
+        circuit_breaker: BreakerConfig {
+            failures: 2,
+            open_for: Duration::from_secs(30),
+        },
+        clock: clock.clone(),
+        ..RunnersConfig::default()
+    })
+}
+
 // ---------------------------------------------------------------- shell
 
 #[tokio::test]
@@ -270,46 +300,53 @@ fn ended(pid: u32) -> bool {
     }
 }
 
+/// The pid a step printed on stdout.
+fn pid_in(output: &Value) -> u32 {
+    output["stdout"]
+        .as_str()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a pid on stdout in {output}"))
+}
+
+/// Process `pid` ends within 5 s.
+async fn ends(pid: u32, what: &str) {
+    let mut waited = 0;
+    while !ended(pid) {
+        assert!(waited < 50, "{what} {pid} still runs");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+}
+
 #[tokio::test]
 async fn runners_shell_timeout_kills_the_whole_process_group() {
     let dir = tmp();
     let r = Runners::new(RunnersConfig::default());
 
-    let f = within(
+    fails_within(
         15,
         "a timed-out sleep",
+        ErrorClass::Timeout,
         r.shell(
             &attempt(dir.path(), Some(Duration::from_millis(300))),
             &shell(json!({"command": ["sleep", "30"]})),
         ),
     )
-    .await
-    .expect_err("times out");
-    assert_eq!(f.class, ErrorClass::Timeout, "{}", f.message);
+    .await;
 
     // A grandchild: the shell backgrounds `sleep` and waits for it.
-    let f = within(
+    let f = fails_within(
         15,
         "a timed-out process group",
+        ErrorClass::Timeout,
         r.shell(
             &attempt(dir.path(), Some(Duration::from_millis(500))),
             &shell(json!({"command": ["sh", "-c", "sleep 30 & echo $!; wait"]})),
         ),
     )
-    .await
-    .expect_err("times out");
-    assert_eq!(f.class, ErrorClass::Timeout, "{}", f.message);
+    .await;
     let output = f.output.expect("partial output attached");
-    let pid: u32 = output["stdout"]
-        .as_str()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| panic!("the grandchild's pid in {output}"));
-    let mut waited = 0;
-    while !ended(pid) {
-        assert!(waited < 50, "the grandchild {pid} still runs");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += 1;
-    }
+    ends(pid_in(&output), "the grandchild").await;
 }
 
 #[tokio::test]
@@ -326,16 +363,7 @@ async fn runners_shell_leftover_background_processes_do_not_outlive_the_step() {
     )
     .await
     .expect("the script itself succeeds");
-    let pid: u32 = out.output["stdout"]
-        .as_str()
-        .and_then(|s| s.trim().parse().ok())
-        .expect("pid");
-    let mut waited = 0;
-    while !ended(pid) {
-        assert!(waited < 50, "the background sleep {pid} still runs");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += 1;
-    }
+    ends(pid_in(&out.output), "the background sleep").await;
 }
 
 #[tokio::test]
@@ -359,12 +387,7 @@ async fn runners_shell_a_cancelled_attempt_kills_its_process_group() {
         .trim()
         .parse()
         .expect("a pid");
-    let mut waited = 0;
-    while !ended(pid) {
-        assert!(waited < 50, "the background sleep {pid} still runs");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += 1;
-    }
+    ends(pid, "the background sleep").await;
 }
 
 #[tokio::test]
@@ -815,6 +838,25 @@ async fn runners_database_rows_are_capped() {
     }
 }
 
+/// A statement without a timeout on connection `db` runs to its end: no earlier
+/// step's timeout was left on the connection. It takes half a second on Postgres;
+/// on SQLite it is far more than the 1,000 steps after which the progress handler
+/// of an earlier, expired, timeout would interrupt it.
+async fn no_leftover_timeout(r: &Runners, dir: &Path, backend: Backend) {
+    let (statement, rows) = match backend {
+        Backend::Postgres => ("SELECT pg_sleep(0.5) AS slept", json!([{"slept": null}])),
+        Backend::Sqlite => (
+            "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c \
+             WHERE n < 200000) SELECT count(*) AS n FROM c",
+            json!([{"n": 200000}]),
+        ),
+    };
+    let out = ok(r
+        .database(&attempt(dir, None), &db_step("db", statement, json!([])))
+        .await);
+    assert_eq!(out["rows"], rows, "{backend:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runners_database_statement_timeout() {
     for backend in [Backend::Postgres, Backend::Sqlite] {
@@ -829,41 +871,26 @@ async fn runners_database_statement_timeout() {
                  WHERE n < 10000000000) SELECT count(*) FROM c"
             }
         };
-        let f = within(
+        fails_within(
             20,
-            "a slow statement",
+            &format!("a slow statement on {backend:?}"),
+            ErrorClass::Timeout,
             r.database(
                 &attempt(dir.path(), Some(Duration::from_millis(300))),
                 &db_step("db", slow, json!([])),
             ),
         )
-        .await
-        .expect_err("times out");
-        assert_eq!(f.class, ErrorClass::Timeout, "{backend:?}: {}", f.message);
+        .await;
 
         // The connection is usable and carries no leftover timeout.
-        let medium = match backend {
-            Backend::Postgres => "SELECT pg_sleep(0.5) AS slept",
-            Backend::Sqlite => {
-                "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c \
-                 WHERE n < 200000) SELECT count(*) AS slept FROM c"
-            }
-        };
-        ok(r.database(
-            &attempt(dir.path(), None),
-            &db_step("db", medium, json!([])),
-        )
-        .await);
+        no_leftover_timeout(&r, dir.path(), backend).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runners_database_connection_failures_are_network() {
     let dir = tmp();
-    let refused = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.local_addr().expect("addr").port()
-    };
+    let refused = refused_port();
     let pg_url = format!("postgres://postgres@127.0.0.1:{refused}/nothing");
     let sqlite_url = format!(
         "sqlite://{}",
@@ -873,17 +900,16 @@ async fn runners_database_connection_failures_are_network() {
         c.connect_timeout = Duration::from_secs(2);
     });
     for name in ["pg", "lite"] {
-        let f = within(
+        let f = fails_within(
             20,
-            "a refused connection",
+            &format!("a refused connection to {name}"),
+            ErrorClass::Network,
             r.database(
                 &attempt(dir.path(), None),
                 &db_step(name, "SELECT 1", json!([])),
             ),
         )
-        .await
-        .expect_err("cannot connect");
-        assert_eq!(f.class, ErrorClass::Network, "{name}: {}", f.message);
+        .await;
         assert!(f.message.contains(&format!("`{name}`")), "{}", f.message);
     }
 }
@@ -951,17 +977,16 @@ async fn runners_database_a_refused_role_is_authentication() {
         c.connect_timeout = Duration::from_secs(5);
     });
     let dir = tmp();
-    let f = within(
+    let f = fails_within(
         20,
         "a refused role",
+        ErrorClass::Authentication,
         r.database(
             &attempt(dir.path(), None),
             &db_step("db", "SELECT 1", json!([])),
         ),
     )
-    .await
-    .expect_err("refused");
-    assert_eq!(f.class, ErrorClass::Authentication, "{}", f.message);
+    .await;
     assert!(f.message.contains("`db`"), "{}", f.message);
 }
 
@@ -1209,17 +1234,16 @@ async fn runners_http_slow_responses_time_out() {
     let (base, _server) = serve().await;
     let r = Runners::new(RunnersConfig::default());
     let dir = tmp();
-    let f = within(
+    let f = fails_within(
         15,
         "a slow response",
+        ErrorClass::Timeout,
         r.http(
             &attempt(dir.path(), Some(Duration::from_millis(300))),
             &http_step(json!({"url": format!("{base}/slow")})),
         ),
     )
-    .await
-    .expect_err("times out");
-    assert_eq!(f.class, ErrorClass::Timeout, "{}", f.message);
+    .await;
     assert!(
         f.message
             .starts_with(&format!("GET {base}/slow timed out after 300ms")),
@@ -1253,10 +1277,7 @@ async fn runners_http_large_bodies_are_capped() {
 
 #[tokio::test]
 async fn runners_http_connection_refused_is_network() {
-    let refused = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.local_addr().expect("addr").port()
-    };
+    let refused = refused_port();
     let r = Runners::new(RunnersConfig::default());
     let dir = tmp();
     let f = failed(
@@ -1295,17 +1316,16 @@ async fn runners_http_a_connect_timeout_is_network() {
         ..RunnersConfig::default()
     });
     let dir = tmp();
-    let f = within(
+    let f = fails_within(
         15,
         "a connection that is never accepted",
+        ErrorClass::Network,
         r.http(
             &attempt(dir.path(), Some(Duration::from_secs(10))),
             &http_step(json!({"url": format!("http://{addr}/x")})),
         ),
     )
-    .await
-    .expect_err("cannot connect");
-    assert_eq!(f.class, ErrorClass::Network, "{}", f.message);
+    .await;
     assert!(f.message.contains("could not connect"), "{}", f.message);
 }
 
@@ -1366,14 +1386,7 @@ async fn runners_notify_posts_a_slack_and_discord_compatible_body() {
 async fn runners_circuit_breaker_opens_fails_fast_and_closes_after_a_good_trial() {
     let (base, server) = serve().await;
     let clock = Arc::new(ManualClock::new());
-    let r = Runners::new(RunnersConfig {
-        circuit_breaker: BreakerConfig {
-            failures: 2,
-            open_for: Duration::from_secs(30),
-        },
-        clock: clock.clone(),
-        ..RunnersConfig::default()
-    });
+    let r = breaking_runners(&clock);
     let dir = tmp();
     let a = attempt(dir.path(), Some(Duration::from_secs(10)));
     let boom = http_step(json!({"url": format!("{base}/boom")}));
@@ -1447,14 +1460,7 @@ async fn runners_circuit_breaker_opens_fails_fast_and_closes_after_a_good_trial(
 #[tokio::test]
 async fn runners_circuit_breaker_keys_shell_steps_by_program() {
     let clock = Arc::new(ManualClock::new());
-    let r = Runners::new(RunnersConfig {
-        circuit_breaker: BreakerConfig {
-            failures: 2,
-            open_for: Duration::from_secs(30),
-        },
-        clock: clock.clone(),
-        ..RunnersConfig::default()
-    });
+    let r = breaking_runners(&clock);
     let dir = tmp();
     let a = attempt(dir.path(), None);
     let flag = dir.path().join("ready");
@@ -1507,18 +1513,7 @@ async fn runners_database_a_refused_param_leaves_no_timeout_behind() {
         // Long after that attempt's deadline, a step without a timeout on the same
         // (only) connection is not cut short by it.
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let medium = match backend {
-            Backend::Postgres => "SELECT pg_sleep(0.5) AS slept",
-            Backend::Sqlite => {
-                "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c \
-                 WHERE n < 200000) SELECT count(*) AS slept FROM c"
-            }
-        };
-        ok(r.database(
-            &attempt(dir.path(), None),
-            &db_step("db", medium, json!([])),
-        )
-        .await);
+        no_leftover_timeout(&r, dir.path(), backend).await;
     }
 }
 
@@ -1542,17 +1537,16 @@ async fn runners_database_a_statement_cut_off_by_the_deadline_leaves_no_timeout_
         .execute(&mut locker)
         .await
         .expect("lock");
-    let f = within(
+    fails_within(
         20,
         "a statement waiting for a lock",
+        ErrorClass::Timeout,
         r.database(
             &attempt(dir.path(), Some(Duration::from_millis(300))),
             &db_step("db", "INSERT INTO t VALUES (?1)", json!([1])),
         ),
     )
-    .await
-    .expect_err("times out");
-    assert_eq!(f.class, ErrorClass::Timeout, "{}", f.message);
+    .await;
     sqlx::query("COMMIT")
         .execute(&mut locker)
         .await
@@ -1560,16 +1554,5 @@ async fn runners_database_a_statement_cut_off_by_the_deadline_leaves_no_timeout_
 
     // The next step gets a connection without the cut-off attempt's progress
     // handler (whose deadline has passed, so it would interrupt anything).
-    let out = ok(r
-        .database(
-            &attempt(dir.path(), None),
-            &db_step(
-                "db",
-                "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c \
-                 WHERE n < 200000) SELECT count(*) AS n FROM c",
-                json!([]),
-            ),
-        )
-        .await);
-    assert_eq!(out["rows"], json!([{"n": 200000}]));
+    no_leftover_timeout(&r, dir.path(), Backend::Sqlite).await;
 }
