@@ -1150,3 +1150,41 @@ fn the_first_failure_is_the_reason_a_run_failed() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_refresh_auth_retry_carries_its_hook() {
+    let yaml = r#"
+name: hooked
+version: "1.0.0"
+tools:
+  - name: login
+    type: shell
+    command: [sh, -c, 'echo refreshed']
+steps:
+  - id: call
+    tool: fail
+    inputs: {class: authentication, message: "token expired"}
+    error_handlers:
+      - {class: authentication, action: refresh_auth, hook: login, max_attempts: 2}
+"#;
+    let mut sim = Sim::start(yaml, json!({}));
+    sim.tick();
+    let retry = sim.fail("call", ErrorClass::Authentication);
+    match &retry.effects[..] {
+        [
+            Effect::Perform {
+                attempt: 2,
+                before: Some(Work::Shell(hook)),
+                work: Work::Builtin { tool, .. },
+                ..
+            },
+        ] => {
+            assert_eq!(tool, "fail");
+            assert_eq!(
+                hook.command.as_deref(),
+                Some(&["sh".to_string(), "-c".into(), "echo refreshed".into()][..])
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -1196,6 +1196,87 @@ outputs:
     );
 }
 
+// ---------------------------------------------------------------- shutdown and hooks
+
+/// A worker told to stop waits at most its lease for work in flight, then gives the
+/// run back (due at once) rather than wait for a step that runs far longer.
+pub async fn a_stopping_worker_gives_runs_back_within_its_lease(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, registered) = register(
+        &t.store,
+        dir.path(),
+        "slow.awl.yaml",
+        "name: slow\nversion: \"1.0.0\"\nsteps:\n  - {id: nap, type: shell, command: [sleep, \"60\"]}\n",
+    )
+    .await;
+    let run = start(&t.store, &registered, &[]).await;
+    let mut w = worker(&t, dir.path(), "worker", SHORT_LEASE);
+    wait_for(LIMIT, "the step to start", async || {
+        let events = events_of(&t.store, &run).await;
+        (for_step(&events, "run.step_started", "nap").count() == 1).then_some(())
+    })
+    .await;
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &w.pid().to_string()])
+        .status()
+        .expect("send SIGTERM");
+    assert!(stopped.success());
+    // Far sooner than the 60 s step: the lease (2 s) plus a round.
+    let exited = poll(20, async || w.try_exited().then_some(())).await;
+    assert!(
+        exited.is_some(),
+        "the worker did not stop within 20 s of SIGTERM"
+    );
+    let events = events_of(&t.store, &run).await;
+    assert_eq!(
+        for_step(&events, "run.step_succeeded", "nap").count(),
+        0,
+        "the step had not ended"
+    );
+    let rows = t.store.wakeups().await.expect("the wake-up queue");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (id, due, owner) = &rows[0];
+    assert_eq!(id, &run);
+    assert!(
+        due.is_some() && owner.is_none(),
+        "given back, due: {rows:?}"
+    );
+}
+
+/// A `refresh_auth` hook runs before the retry even when the step's own tool is a
+/// pure built-in that a worker would otherwise answer on the spot.
+pub async fn a_refresh_auth_hook_runs_before_the_retry(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = dir.path().join("refreshed.txt");
+    let yaml = format!(
+        r#"
+name: hooked
+version: "1.0.0"
+tools:
+  - name: login
+    type: shell
+    command: [sh, -c, 'echo refreshed >> "$0"', "{}"]
+steps:
+  - id: call
+    tool: fail
+    inputs: {{class: authentication, message: "token expired"}}
+    error_handlers:
+      - {{class: authentication, action: refresh_auth, hook: login, max_attempts: 2}}
+"#,
+        marker.display()
+    );
+    let path = dir.path().join("hooked.awl.yaml");
+    std::fs::write(&path, yaml).expect("write");
+    let out = awl(&t)
+        .output(&["run", path.to_str().expect("utf-8 path")])
+        .await;
+    assert!(!out.status.success(), "the second attempt fails too");
+    let text = std::fs::read_to_string(&marker).expect("the hook ran");
+    assert_eq!(text, "refreshed\n", "the hook ran once, before attempt 2");
+}
+
 // ---------------------------------------------------------------- registration
 
 // `executor::postgres::NAME` and `executor::sqlite::NAME`.
@@ -1210,4 +1291,6 @@ crate::support::on_both_stores!(
     every_child_wakes_its_parent,
     a_run_over_budget_stops,
     http_and_notify_steps_run_against_a_server,
+    a_stopping_worker_gives_runs_back_within_its_lease,
+    a_refresh_auth_hook_runs_before_the_retry,
 );

@@ -165,6 +165,11 @@ impl WorkerProcess {
 
     /// SIGKILL it (what `Child::kill` sends on Unix) and reap it, failing the test if
     /// that takes more than `secs` seconds.
+    /// Whether the worker has exited (without waiting).
+    pub fn try_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     pub async fn kill(&mut self, secs: u64) {
         within(secs, "the worker to die", self.child.kill())
             .await
