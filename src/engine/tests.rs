@@ -1188,3 +1188,64 @@ steps:
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_losing_branch_that_fails_after_the_race_does_not_fail_the_run() {
+    let yaml = r#"
+name: race
+version: "1.0.0"
+steps:
+  - id: race
+    type: parallel
+    wait_for: any
+    branches:
+      - name: a
+        steps: [{id: a1, tool: noop}]
+      - name: b
+        steps: [{id: b1, tool: noop}]
+  - id: next
+    tool: noop
+"#;
+    let mut sim = Sim::start(yaml, json!({}));
+    assert_eq!(performed(&sim.tick()), vec!["a1", "b1"]);
+    assert_eq!(performed(&sim.succeed("a1")), vec!["next"]);
+    sim.succeed("next");
+    assert_eq!(sim.run.status(), Some(RunStatus::Running), "b1 still runs");
+    // The loser fails after the race was decided and the rest of the run is done.
+    sim.fail("b1", ErrorClass::Network);
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+    assert_eq!(sim.status("b1"), Some("failed"));
+    assert_eq!(
+        sim.run.attempts(&sid("b1"))[0].recovery,
+        Some(RecoveryAction::Continue),
+        "its failure is recorded and set aside"
+    );
+}
+
+#[test]
+fn a_losing_branch_that_failed_before_the_winner_does_not_fail_the_run() {
+    let yaml = r#"
+name: race
+version: "1.0.0"
+steps:
+  - id: race
+    type: parallel
+    wait_for: any
+    branches:
+      - name: a
+        steps: [{id: a1, tool: noop}]
+      - name: b
+        steps: [{id: b1, tool: noop}]
+"#;
+    let mut sim = Sim::start(yaml, json!({}));
+    sim.tick();
+    sim.fail("b1", ErrorClass::Network);
+    assert_eq!(
+        sim.run.status(),
+        Some(RunStatus::Running),
+        "a may still win"
+    );
+    sim.succeed("a1");
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+    assert_eq!(sim.status("b1"), Some("failed"));
+}

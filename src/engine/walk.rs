@@ -430,6 +430,27 @@ impl<'a> Walker<'a> {
         if self.state.running_steps().next().is_some() {
             return Ok(()); // stragglers of a `wait_for: any`
         }
+        // The walk reached the end, so every step it looked at is settled; a failure
+        // not yet answered is a straggler that lost a `wait_for: any` race: set it
+        // aside (it stays recorded as failed).
+        let stragglers: Vec<StepId> = self
+            .state
+            .steps()
+            .iter()
+            .filter(|(id, state)| {
+                matches!(state, StepState::Failed { is_final: false, attempt, .. }
+                    if self.state.attempts(id).iter().find(|a| a.attempt == *attempt)
+                        .is_some_and(|a| a.recovery.is_none()))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for step_id in stragglers {
+            self.decide(RunCommand::ApplyRecovery {
+                step_id,
+                action: RecoveryAction::Continue,
+                at: self.now,
+            })?;
+        }
         let last = self.def.steps.last().map(|s| s.id().to_string());
         let outputs = Value::Object(self.def.outputs.clone().into_iter().collect());
         let scope = self.scope_for(last.as_deref(), &outputs);

@@ -12,8 +12,8 @@ use crate::domain::ids::{GateId, RunId, StepId};
 
 use super::RunStatus::{self, *};
 use super::{
-    Gate, RecoveryAction, Run, RunAction, RunCommand, RunError, RunEvent, StepPhase, StepSituation,
-    StepState,
+    Gate, GateDecision, RecoveryAction, Run, RunAction, RunCommand, RunError, RunEvent, StepPhase,
+    StepSituation, StepState,
 };
 
 /// Where steps and gates move.
@@ -431,13 +431,18 @@ impl Decide for Run {
                 let scheduled: Vec<StepId> =
                     self.scheduled_steps().map(|(id, _)| id.clone()).collect();
                 let open_gates: Vec<GateId> = self.open_gates().map(|g| g.gate_id).collect();
-                // A failure the run has not gone past: not given up yet, or aborted.
+                // A failure still in play: no recovery chosen yet, or one that leads to
+                // another attempt (a retry, or an approved escalation) not yet queued.
+                // Given-up failures (abort, continue, a rejected or expired
+                // escalation) are settled; whether they fail the run is the
+                // executor's decision (a branch that lost a race fails and the run
+                // goes on).
                 let failed: Vec<StepId> = self
                     .steps
                     .iter()
                     .filter(|(id, state)| match state {
                         StepState::Failed { attempt, .. } => {
-                            self.recovery_of(id, *attempt) != Some(&RecoveryAction::Continue)
+                            self.failure_in_play(self.recovery_of(id, *attempt))
                         }
                         _ => false,
                     })
@@ -492,6 +497,19 @@ impl Decide for Run {
 
 impl Run {
     /// What the error handler chose after `attempt` of the step failed, if anything yet.
+    /// Whether a failed attempt with this recovery may still be followed by another.
+    fn failure_in_play(&self, recovery: Option<&RecoveryAction>) -> bool {
+        match recovery {
+            None => true,
+            Some(RecoveryAction::Abort | RecoveryAction::Continue) => false,
+            Some(RecoveryAction::Escalate { gate_id }) => !matches!(
+                self.gate(gate_id).and_then(|g| g.decision.as_ref()),
+                Some(GateDecision::Rejected { .. } | GateDecision::Expired { .. })
+            ),
+            Some(_) => true,
+        }
+    }
+
     fn recovery_of(&self, step_id: &StepId, attempt: u32) -> Option<&RecoveryAction> {
         self.attempts(step_id)
             .iter()

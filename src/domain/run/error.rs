@@ -241,9 +241,8 @@ pub enum RunError {
         running: Vec<StepId>,
         scheduled: Vec<StepId>,
         open_gates: Vec<GateId>,
-        /// Failed steps the run has not gone past: no recovery yet, a retry or an
-        /// escalation pending, or aborted (only `continue` lets a run succeed past a
-        /// failed step).
+        /// Failed steps still in play: no recovery chosen yet, or a retry (or an
+        /// approved escalation) that has not queued its next attempt.
         failed: Vec<StepId>,
     },
 
@@ -398,7 +397,7 @@ fn describe_unfinished(
     }
     if !failed.is_empty() {
         parts.push(format!(
-            "{} failed and {} not continued past",
+            "{} failed and {} not settled (a retry or a recovery is still to come)",
             list_steps(failed),
             if failed.len() == 1 { "was" } else { "were" }
         ));

@@ -105,7 +105,8 @@ pub enum RecoveryAction {
     Fallback { tool: String },
     /// Ask a person: the gate `gate_id` is opened for the step.
     Escalate { gate_id: GateId },
-    /// Give up: the failure is final and the run fails.
+    /// Give up on the step: its failure is final. The run fails, unless the step was
+    /// in a branch of a `wait_for: any` race that another branch won.
     Abort,
     /// Give up on the step but not on the run: the failure is final and the run goes
     /// on (`on_error: continue`); later steps can test the step's status.

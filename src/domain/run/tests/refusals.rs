@@ -1064,11 +1064,11 @@ fn refused_endings() {
             Err(unfinished(vec![], vec![], vec![], vec![build()])),
         ),
         case(
-            "complete after a step was aborted",
+            "complete while a retry with back-off is not queued yet",
             build_failed_with(vec![recovery_applied(
                 build(),
                 ErrorClass::Network,
-                RecoveryAction::Abort,
+                RecoveryAction::RetryWithBackoff,
                 t(7),
             )]),
             complete(now),
@@ -1179,7 +1179,7 @@ fn errors_say_what_and_why() {
         message(path(Running), complete(now)),
         format!(
             "run {id} cannot complete yet: `deploy` still running; `verify` still scheduled; \
-             gate {}, {} still open; `build` failed and was not continued past",
+             gate {}, {} still open; `build` failed and was not settled (a retry or a recovery is still to come)",
             g1(),
             g2()
         )

@@ -728,7 +728,45 @@ fn ending_a_run() {
             recovery_applied(build(), ErrorClass::Network, RecoveryAction::Continue, t(7)),
         ],
     );
+    let failed_with = |more: Vec<RunEvent>| {
+        let mut events = then(
+            settled(),
+            [
+                step_scheduled(build(), t(4), t(4)),
+                step_started(build(), 1, "build-1", None, t(5)),
+                step_failed(build(), 1, ErrorClass::Network, t(6)),
+            ],
+        );
+        events.extend(more);
+        events
+    };
     check(vec![
+        case(
+            "complete past a step that was given up (a branch that lost a race)",
+            failed_with(vec![recovery_applied(
+                build(),
+                ErrorClass::Network,
+                RecoveryAction::Abort,
+                t(7),
+            )]),
+            complete(now),
+            Ok(vec![completed(now)]),
+        ),
+        case(
+            "complete past a step whose escalation was rejected",
+            failed_with(vec![
+                recovery_applied(
+                    build(),
+                    ErrorClass::Network,
+                    RecoveryAction::Escalate { gate_id: g3() },
+                    t(7),
+                ),
+                gate_opened(g3(), build(), &[], None, t(7)),
+                gate_rejected(g3(), "alice", "not worth it", t(8)),
+            ]),
+            complete(now),
+            Ok(vec![completed(now)]),
+        ),
         case(
             "complete a run with nothing left to do",
             settled(),
