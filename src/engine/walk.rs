@@ -352,7 +352,8 @@ impl<'a> Walker<'a> {
             .cloned()
             .collect();
         self.decide(RunCommand::StartCompensation {
-            reason: format!("{class}: {reason}"),
+            reason,
+            error_class: Some(class),
             steps,
             at: self.now,
         })?;
@@ -365,17 +366,11 @@ impl<'a> Walker<'a> {
             let Some(compensation) = self.state.compensation() else {
                 return Ok(());
             };
-            let reason = compensation.reason.clone();
             let Some(next) = compensation.next_step().cloned() else {
-                let class = reason
-                    .split_once(':')
-                    .and_then(|(c, _)| c.parse::<ErrorClass>().ok());
-                let reason = reason
-                    .split_once(": ")
-                    .map_or(reason.clone(), |(_, r)| r.to_string());
+                let (reason, error_class) = (compensation.reason.clone(), compensation.error_class);
                 return self.decide(RunCommand::Fail {
                     reason,
-                    error_class: class,
+                    error_class,
                     at: self.now,
                 });
             };

@@ -109,6 +109,8 @@ pub enum RunCommand {
     /// compensation, most recently succeeded first.
     StartCompensation {
         reason: String,
+        /// The class of the failure; the run fails with it once compensated.
+        error_class: Option<ErrorClass>,
         steps: Vec<StepId>,
         at: DateTime<Utc>,
     },

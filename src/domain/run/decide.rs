@@ -384,14 +384,24 @@ impl Decide for Run {
                 Ok(self.charge(step_id, usd, tokens, at))
             }
 
-            RunCommand::StartCompensation { reason, steps, at } => {
+            RunCommand::StartCompensation {
+                reason,
+                error_class,
+                steps,
+                at,
+            } => {
                 check.status_in(ACTIVE)?;
                 if !self.has_failure(at) {
                     return Err(RunError::NothingFailed { run });
                 }
                 check.not_empty("reason", &reason)?;
                 check.compensation_order(&steps)?;
-                Ok(vec![RunEvent::CompensationStarted { reason, steps, at }])
+                Ok(vec![RunEvent::CompensationStarted {
+                    reason,
+                    error_class,
+                    steps,
+                    at,
+                }])
             }
 
             RunCommand::RecordCompensationStep {

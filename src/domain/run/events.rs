@@ -139,6 +139,10 @@ pub enum RunEvent {
     #[serde(rename = "run.compensation_started")]
     CompensationStarted {
         reason: String,
+        /// The class of the failure the run fails with (absent in events written
+        /// before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_class: Option<ErrorClass>,
         steps: Vec<StepId>,
         at: DateTime<Utc>,
     },

@@ -479,10 +479,16 @@ impl Run {
             RunEvent::BudgetExceeded { at, .. } => {
                 self.budget_exceeded_at.get_or_insert(at);
             }
-            RunEvent::CompensationStarted { reason, steps, at } => {
+            RunEvent::CompensationStarted {
+                reason,
+                error_class,
+                steps,
+                at,
+            } => {
                 self.status = Some(RunStatus::Compensating);
                 self.compensation = Some(Compensation {
                     reason,
+                    error_class,
                     steps,
                     ran: Vec::new(),
                     started_at: at,

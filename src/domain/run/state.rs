@@ -306,6 +306,9 @@ impl fmt::Display for GateDecision {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Compensation {
     pub reason: String,
+    /// The class of the failure the run fails with.
+    #[serde(default)]
+    pub error_class: Option<ErrorClass>,
     /// The steps to compensate, in the order their compensations run.
     pub steps: Vec<StepId>,
     pub ran: Vec<CompensationRan>,

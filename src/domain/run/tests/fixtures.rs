@@ -316,6 +316,7 @@ pub(super) fn compensation_started(
 ) -> RunEvent {
     RunEvent::CompensationStarted {
         reason: reason.into(),
+        error_class: None,
         steps,
         at,
     }
@@ -515,6 +516,7 @@ pub(super) fn start_compensation(
 ) -> RunCommand {
     RunCommand::StartCompensation {
         reason: reason.into(),
+        error_class: None,
         steps,
         at,
     }

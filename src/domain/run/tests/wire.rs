@@ -469,3 +469,46 @@ fn state_values_are_tagged_as_documented() {
         json!("SUCCEEDED")
     );
 }
+
+#[test]
+fn compensation_started_keeps_the_failure_class_and_reads_without_it() {
+    let with = RunEvent::CompensationStarted {
+        reason: "step `ship` failed: boom".into(),
+        error_class: Some(ErrorClass::Dependency),
+        steps: vec![fetch()],
+        at: t(15),
+    };
+    let value = serde_json::to_value(&with).unwrap();
+    assert_eq!(
+        value["run.compensation_started"]["error_class"],
+        "dependency"
+    );
+    assert_eq!(serde_json::from_value::<RunEvent>(value).unwrap(), with);
+    // Written before the class was recorded: it reads as none.
+    let old: RunEvent = serde_json::from_value(json!({"run.compensation_started": {
+        "reason": "r", "steps": [], "at": "2025-01-01T12:00:00Z"
+    }}))
+    .unwrap();
+    assert!(matches!(
+        old,
+        RunEvent::CompensationStarted {
+            error_class: None,
+            ..
+        }
+    ));
+    // The fold keeps it for the run's failure.
+    let run = fold([started(t(0)), with_event(t(1))]);
+    assert_eq!(
+        run.compensation().unwrap().error_class,
+        Some(ErrorClass::Budget)
+    );
+}
+
+fn with_event(at: DateTime<Utc>) -> RunEvent {
+    RunEvent::CompensationStarted {
+        reason: "over budget".into(),
+        error_class: Some(ErrorClass::Budget),
+        steps: vec![],
+        at,
+    }
+}
