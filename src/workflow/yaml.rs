@@ -77,9 +77,13 @@ pub struct YamlError {
 }
 
 /// Parse `source` into JSON and its source map.
+///
+/// Booleans are YAML 1.2's (`true`, `false`), as editors checking a file against the
+/// published schema read them: `no`, `on` or `y` are strings, not YAML 1.1 booleans.
 pub fn parse(source: &str) -> Result<(Value, SourceMap), YamlError> {
     let options = serde_saphyr::options! {
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
+        strict_booleans: true,
     };
     let root: Spanned<Node> =
         serde_saphyr::from_str_with_options(source, options).map_err(|e| YamlError {
@@ -200,7 +204,8 @@ impl<'de> Visitor<'de> for NodeVisitor {
     }
 }
 
-/// A mapping key: any scalar, as text (JSON keys are strings).
+/// A mapping key: any scalar, as written (JSON keys are strings). An input called `n`
+/// or an env variable called `0x10` keeps its name; it is not read as `false` or `16`.
 struct Key(String);
 
 impl<'de> Deserialize<'de> for Key {
@@ -233,7 +238,7 @@ impl<'de> Deserialize<'de> for Key {
                 Ok(Key("null".into()))
             }
         }
-        deserializer.deserialize_any(KeyVisitor)
+        deserializer.deserialize_string(KeyVisitor)
     }
 }
 
@@ -291,6 +296,27 @@ mod tests {
         let err = parse("name: a\nname: b\n").unwrap_err();
         assert!(err.message.contains("name"), "{err:?}");
         assert_eq!(err.position.map(|p| p.line), Some(2), "{err:?}");
+    }
+
+    #[test]
+    fn keys_are_kept_as_written_and_only_true_and_false_are_booleans() {
+        let source = "n: 1\nON: 2\n1.0: 3\n0x10: 4\ny: 5\n\"q\": 6\nvalues: [no, on, y, off, yes, true, False]\n";
+        let (value, map) = parse(source).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "n": 1, "ON": 2, "1.0": 3, "0x10": 4, "y": 5, "q": 6,
+                "values": ["no", "on", "y", "off", "yes", true, false]
+            })
+        );
+        assert_eq!(map.key("/0x10"), Position { line: 4, column: 1 });
+        assert_eq!(
+            map.value("/values/6"),
+            Position {
+                line: 7,
+                column: 37
+            }
+        );
     }
 
     #[test]
