@@ -35,6 +35,13 @@ pub(crate) fn builtin_tools() -> Vec<&'static str> {
     BUILTIN_TOOLS.to_vec()
 }
 
+/// The JSON pointers of every step in a workflow file's JSON form: the steps, the
+/// steps nested in them (`if_true`, `if_false`, `branches`), the hooks and the
+/// compensations. The one walk over a file's steps, for whoever needs to visit them.
+pub fn step_pointers(json: &serde_json::Value) -> Vec<String> {
+    rules::steps(json).into_iter().map(|s| s.pointer).collect()
+}
+
 /// A workflow file read from disk and checked.
 #[derive(Debug, Clone)]
 pub struct LoadedWorkflow {

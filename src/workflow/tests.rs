@@ -330,3 +330,34 @@ on_failure:
     );
     assert!(p.is_empty(), "{}", p.join("\n"));
 }
+
+#[test]
+fn only_steps_get_the_default_tool_type() {
+    let checked = check(
+        Path::new("wf.awl.yaml"),
+        r#"name: a
+version: "1.0.0"
+steps:
+  - id: a
+    tool: echo
+    inputs:
+      payload: {id: 1, tool: hammer}
+    compensate: {id: undo, tool: noop}
+outputs:
+  o: {id: x, tool: y}
+"#,
+    )
+    .unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(
+        checked.json,
+        json!({
+            "name": "a", "version": "1.0.0",
+            "steps": [{
+                "id": "a", "type": "tool", "tool": "echo",
+                "inputs": {"payload": {"id": 1, "tool": "hammer"}},
+                "compensate": {"id": "undo", "type": "tool", "tool": "noop"}
+            }],
+            "outputs": {"o": {"id": "x", "tool": "y"}}
+        })
+    );
+}

@@ -266,19 +266,16 @@ fn type_of(value: &Value) -> &'static str {
 }
 
 /// A step with `tool` and no `type` is a tool step (the older dialect): say so in
-/// the JSON before it becomes a [`Workflow`].
+/// the JSON before it becomes a [`Workflow`]. Only steps: a tool's `inputs`, an HTTP
+/// body or the outputs may hold any mapping, and are data.
 fn default_step_types(json: &mut Value) {
-    match json {
-        Value::Object(map) => {
-            if map.contains_key("tool") && map.contains_key("id") && !map.contains_key("type") {
-                map.insert("type".into(), Value::String("tool".into()));
-            }
-            for value in map.values_mut() {
-                default_step_types(value);
-            }
+    for pointer in super::step_pointers(json) {
+        if let Some(Value::Object(step)) = json.pointer_mut(&pointer)
+            && step.contains_key("tool")
+            && !step.contains_key("type")
+        {
+            step.insert("type".into(), Value::String("tool".into()));
         }
-        Value::Array(items) => items.iter_mut().for_each(default_step_types),
-        _ => {}
     }
 }
 
