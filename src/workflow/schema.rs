@@ -212,6 +212,12 @@ fn tagged_union(
     }
     let mut top = common_properties;
     top.insert("type".into(), type_property);
+    // Without a default, an object with no `type` would match no branch and so be
+    // checked for nothing but the common fields.
+    let mut common_required = common_required;
+    if default_type.is_none() {
+        common_required.push(json!("type"));
+    }
     Schema::from(
         json!({
             "description": description,
@@ -314,5 +320,21 @@ mod tests {
         assert!(shell["properties"]["script"].is_object());
         assert!(shell["properties"]["id"].is_object(), "common fields too");
         assert!(shell["properties"]["tool"].is_null(), "not another type's");
+        // A step without `type` is a tool step: `type` is not required.
+        assert_eq!(step["required"], json!(["id"]));
+    }
+
+    #[test]
+    fn a_declared_tool_needs_a_type() {
+        let schema = workflow_schema();
+        let tool = &schema["$defs"]["ToolDefinition"];
+        assert_eq!(tool["required"], json!(["name", "type"]));
+        let types: Vec<&str> = tool["properties"]["type"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(types, TOOL_KINDS);
     }
 }

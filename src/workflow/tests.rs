@@ -361,3 +361,19 @@ outputs:
         })
     );
 }
+
+#[test]
+fn a_declared_tool_without_a_type_is_a_problem_where_it_is() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+tools:
+  - name: notype
+    command: [x]
+steps:
+  - id: a
+    tool: notype
+"#,
+    );
+    assert_eq!(p, vec!["wf.awl.yaml:4:5: tools[0]: missing field `type`"]);
+}
