@@ -12,7 +12,6 @@ use serde_json::{Map, Value};
 use crate::expr::{Expression, References, Template};
 
 use super::diagnostics::Reporter;
-use super::model::TOOL_KINDS;
 use super::yaml::escape;
 
 /// One step found in the file, with what it may refer to.
@@ -342,17 +341,6 @@ fn declared_tools(json: &Value, builtins: &[&str], report: &mut Reporter<'_>) ->
             );
         } else if !names.insert(name.to_string()) {
             report.at_value(&at, format!("duplicate tool name `{name}`"));
-        }
-        if let Some(kind) = tool.get("type").and_then(Value::as_str)
-            && !TOOL_KINDS.contains(&kind)
-        {
-            report.at_value(
-                &format!("/tools/{i}/type"),
-                format!(
-                    "a declared tool cannot be a `{kind}` step (expected one of {})",
-                    TOOL_KINDS.join(", ")
-                ),
-            );
         }
         if let Value::Object(body) = tool {
             no_templates_in_text(body, &format!("/tools/{i}"), report);

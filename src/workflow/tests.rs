@@ -377,3 +377,25 @@ steps:
     );
     assert_eq!(p, vec!["wf.awl.yaml:4:5: tools[0]: missing field `type`"]);
 }
+
+#[test]
+fn a_declared_tool_of_another_type_is_one_problem() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+tools:
+  - name: mine
+    type: agent
+    prompt: hi
+steps:
+  - id: a
+    tool: mine
+"#,
+    );
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:5:11: tools[0].type: `agent` is not one of `shell`, `http`, `database`, `notify`"
+        ]
+    );
+}
