@@ -296,15 +296,66 @@ steps:
     if_true: [{id: d, tool: noop}]
 "#,
     );
-    assert_eq!(p.len(), 3, "{}", p.join("\n"));
-    assert!(p[0].starts_with("wf.awl.yaml:6:"), "{p:?}");
-    assert!(p[0].contains("steps[0].if:"), "{p:?}");
-    assert!(p[1].starts_with("wf.awl.yaml:10:"), "{p:?}");
-    assert!(p[2].starts_with("wf.awl.yaml:13:"), "{p:?}");
-    // The column points into the string, past its opening quote and the text before
-    // the `${{`.
-    let column: u64 = p[1].split(':').nth(2).unwrap().parse().unwrap();
-    assert!(column > 16, "{p:?}");
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:6:18: steps[0].if: unexpected token ')'",
+            "wf.awl.yaml:10:43: steps[1].inputs.message: cannot parse '.'",
+            "wf.awl.yaml:13:23: steps[2].condition: unexpected end of expression",
+        ]
+    );
+}
+
+/// An expression error points at its character in the file, whatever the YAML
+/// style of the string it is in.
+#[test]
+fn expression_errors_are_placed_in_every_style_of_string() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+steps:
+  - id: a
+    tool: echo
+    inputs:
+      block: |
+        first line ok
+        second ${{ ) }}
+      folded: >
+        first line
+        second ${{ ) }}
+      plain: first
+        then ${{ ) }}
+      escapes: "a\tb\u00e9 ${{ ) }}"
+      quotes: 'it''s ${{ ) }}'
+      wide: {é: "é", b: "é ${{ ) }}"}
+      quote_in_block: |2-
+          'x' ${{ ) }}
+      continued: "abc \
+        def ${{ ) }}"
+      more_indented: > # a comment
+        a
+          b ${{ ) }}
+      anchored: &an "${{ ) }}"
+      aliased: *an
+"#,
+    );
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:9:20: steps[0].inputs.block: unexpected token ')'",
+            "wf.awl.yaml:12:20: steps[0].inputs.folded: unexpected token ')'",
+            "wf.awl.yaml:14:18: steps[0].inputs.plain: unexpected token ')'",
+            "wf.awl.yaml:15:32: steps[0].inputs.escapes: unexpected token ')'",
+            "wf.awl.yaml:16:26: steps[0].inputs.quotes: unexpected token ')'",
+            "wf.awl.yaml:17:32: steps[0].inputs.wide.b: unexpected token ')'",
+            "wf.awl.yaml:19:19: steps[0].inputs.quote_in_block: unexpected token ')'",
+            "wf.awl.yaml:21:17: steps[0].inputs.continued: unexpected token ')'",
+            "wf.awl.yaml:24:17: steps[0].inputs.more_indented: unexpected token ')'",
+            "wf.awl.yaml:25:26: steps[0].inputs.anchored: unexpected token ')'",
+            // An alias is reported where it is used.
+            "wf.awl.yaml:26:16: steps[0].inputs.aliased: unexpected token ')'",
+        ]
+    );
 }
 
 #[test]
@@ -397,5 +448,16 @@ steps:
         vec![
             "wf.awl.yaml:5:11: tools[0].type: `agent` is not one of `shell`, `http`, `database`, `notify`"
         ]
+    );
+}
+
+#[test]
+fn positions_in_a_file_with_crlf_line_ends() {
+    let p = problems(
+        "name: a\r\nversion: \"1.0.0\"\r\nsteps:\r\n  - id: a\r\n    tool: echo\r\n    inputs:\r\n      x: |\r\n        ok\r\n        no ${{ ) }}\r\n",
+    );
+    assert_eq!(
+        p,
+        vec!["wf.awl.yaml:9:16: steps[0].inputs.x: unexpected token ')'"]
     );
 }

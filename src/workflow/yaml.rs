@@ -5,10 +5,12 @@
 //! the YAML that caused it. So the file is read once into a tree of
 //! [`serde_saphyr::Spanned`] nodes, which is turned into a plain
 //! [`serde_json::Value`] plus a [`SourceMap`] from JSON pointers (RFC 6901) to
-//! positions: the position of each value, and of each mapping key.
+//! positions: the position of each value, and of each mapping key, and the bytes of
+//! the file each value was written as.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
@@ -41,6 +43,9 @@ impl Position {
 pub struct SourceMap {
     values: HashMap<String, Position>,
     keys: HashMap<String, Position>,
+    /// The bytes of the source each value was written as (quotes included), for
+    /// values that are not aliases.
+    spans: HashMap<String, Range<usize>>,
 }
 
 impl SourceMap {
@@ -65,6 +70,13 @@ impl SourceMap {
             .get(pointer)
             .copied()
             .unwrap_or_else(|| self.value(pointer))
+    }
+
+    /// The bytes of the source the value at `pointer` was written as: a scalar with
+    /// its quotes, a block scalar's content lines. `None` for an alias (`*name`) or
+    /// an unknown pointer.
+    pub fn span(&self, pointer: &str) -> Option<Range<usize>> {
+        self.spans.get(pointer).cloned()
     }
 }
 
@@ -103,6 +115,13 @@ fn first_line(message: &str) -> String {
 fn flatten(node: Spanned<Node>, pointer: String, map: &mut SourceMap) -> Value {
     map.values
         .insert(pointer.clone(), Position::of(&node.referenced));
+    let span = node.referenced.span();
+    if node.referenced == node.defined
+        && let (Some(start), Some(len)) = (span.byte_offset(), span.byte_len())
+        && let (Ok(start), Ok(len)) = (usize::try_from(start), usize::try_from(len))
+    {
+        map.spans.insert(pointer.clone(), start..start + len);
+    }
     match node.value {
         Node::Null => Value::Null,
         Node::Bool(b) => Value::Bool(b),
