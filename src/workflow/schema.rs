@@ -298,6 +298,37 @@ mod tests {
         assert!(jsonschema::validator_for(&schema).is_ok());
     }
 
+    /// An `anyOf` or `oneOf` error says only "not valid under any of the schemas";
+    /// the schema has none outside the `if` of the step union, whose errors are never
+    /// reported, so every problem is reported against one definite schema.
+    #[test]
+    fn no_alternatives_outside_the_union_conditions() {
+        fn walk(value: &Value, path: &str, found: &mut Vec<String>) {
+            match value {
+                Value::Object(map) => {
+                    for (key, child) in map {
+                        if key == "if" && path.ends_with(|c: char| c.is_ascii_digit()) {
+                            continue;
+                        }
+                        if key == "anyOf" || key == "oneOf" {
+                            found.push(format!("{path}/{key}"));
+                        }
+                        walk(child, &format!("{path}/{key}"), found);
+                    }
+                }
+                Value::Array(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        walk(item, &format!("{path}/{i}"), found);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut found = Vec::new();
+        walk(&workflow_schema(), "", &mut found);
+        assert_eq!(found, Vec::<String>::new());
+    }
+
     #[test]
     fn optional_fields_are_not_nullable() {
         let text = workflow_schema_text();

@@ -138,8 +138,6 @@ fn schema_problems(json: &Value, report: &mut Reporter<'_>) {
                 };
                 report.at_value(&pointer, message);
             }
-            // anyOf / if-then wrappers repeat errors reported by their branches.
-            ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. } => {}
             _ => report.at_value(&pointer, error.to_string()),
         }
     }
