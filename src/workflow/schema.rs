@@ -71,8 +71,9 @@ fn strip_null(schema: &mut Value) {
 }
 
 /// schemars writes an enum with documented variants as a `oneOf` of constants, whose
-/// errors read "not valid under any of the schemas". Make it one `enum` (with the
-/// variants' docs folded into the description), whose error lists the choices.
+/// errors read "not valid under any of the schemas". Make it one `enum` of strings
+/// (with the variants' docs folded into the description), whose error lists the
+/// choices. A `oneOf` of anything else is left as it is.
 fn enums_of_constants(schema: &mut Value) {
     match schema {
         Value::Object(map) => {
@@ -94,7 +95,10 @@ fn enums_of_constants(schema: &mut Value) {
                     .map(|groups| groups.into_iter().flatten().collect()),
                 _ => None,
             };
-            if let Some(constants) = constants {
+            // Only string constants: the `enum` is given `"type": "string"`.
+            if let Some(constants) =
+                constants.filter(|c| c.iter().all(|(value, _)| value.is_string()))
+            {
                 map.remove("oneOf");
                 let docs: Vec<String> = constants
                     .iter()
@@ -327,6 +331,25 @@ mod tests {
         let mut found = Vec::new();
         walk(&workflow_schema(), "", &mut found);
         assert_eq!(found, Vec::<String>::new());
+    }
+
+    #[test]
+    fn documented_enums_become_one_enum_with_their_docs() {
+        let schema = workflow_schema();
+        let backoff = &schema["$defs"]["Backoff"];
+        assert_eq!(
+            backoff,
+            &json!({
+                "type": "string",
+                "enum": ["exponential", "linear", "constant"],
+                "description": "`exponential`: base, 2 x base, 4 x base...\n\
+                                `linear`: base, 2 x base, 3 x base...\n\
+                                `constant`: base every time.",
+            })
+        );
+        let mut mixed = json!({"oneOf": [{"const": "a"}, {"const": 1}]});
+        enums_of_constants(&mut mixed);
+        assert_eq!(mixed, json!({"oneOf": [{"const": "a"}, {"const": 1}]}));
     }
 
     #[test]
