@@ -100,16 +100,21 @@ pub fn parse(source: &str) -> Result<(Value, SourceMap), YamlError> {
     let root: Spanned<Node> =
         serde_saphyr::from_str_with_options(source, options).map_err(|e| YamlError {
             position: e.location().map(|l| Position::of(&l)),
-            message: first_line(&e.to_string()),
+            message: message(&e),
         })?;
     let mut map = SourceMap::default();
     let value = flatten(root, String::new(), &mut map);
     Ok((value, map))
 }
 
-/// serde-saphyr renders a code snippet under its message; the first line is the message.
-fn first_line(message: &str) -> String {
-    message.lines().next().unwrap_or(message).trim().to_string()
+/// The message alone, in the user-facing wording (the position is reported apart):
+/// not "error: line 2 column 1: duplicate mapping key: name, set DuplicateKeyPolicy
+/// in Options if acceptable".
+fn message(error: &serde_saphyr::Error) -> String {
+    use serde_saphyr::MessageFormatter;
+    let text = serde_saphyr::UserMessageFormatter.format_message(error);
+    let line = text.lines().next().unwrap_or_default().trim();
+    line.chars().filter(|c| !c.is_control()).collect()
 }
 
 fn flatten(node: Spanned<Node>, pointer: String, map: &mut SourceMap) -> Value {
@@ -230,7 +235,7 @@ struct Key(String);
 impl<'de> Deserialize<'de> for Key {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct KeyVisitor;
-        impl Visitor<'_> for KeyVisitor {
+        impl<'de> Visitor<'de> for KeyVisitor {
             type Value = Key;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a scalar mapping key")
@@ -256,8 +261,16 @@ impl<'de> Deserialize<'de> for Key {
             fn visit_unit<E: de::Error>(self) -> Result<Key, E> {
                 Ok(Key("null".into()))
             }
+            fn visit_none<E: de::Error>(self) -> Result<Key, E> {
+                Ok(Key("null".into()))
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+                d.deserialize_string(KeyVisitor)
+            }
         }
-        deserializer.deserialize_string(KeyVisitor)
+        // Through `option`, so that a null key (`~:`) is a key and not an error; any
+        // other key is asked for as a string, which gives its text as written.
+        deserializer.deserialize_option(KeyVisitor)
     }
 }
 
@@ -309,22 +322,28 @@ mod tests {
     }
 
     #[test]
-    fn malformed_yaml_says_where() {
+    fn malformed_yaml_says_what_and_where() {
         let err = parse("name: a\nsteps:\n  - id: [unclosed\n").unwrap_err();
-        assert!(err.position.is_some(), "{err:?}");
+        assert_eq!(err.position, Some(Position { line: 3, column: 9 }));
+        assert_eq!(err.message, "unclosed bracket '['");
         let err = parse("name: a\nname: b\n").unwrap_err();
-        assert!(err.message.contains("name"), "{err:?}");
-        assert_eq!(err.position.map(|p| p.line), Some(2), "{err:?}");
+        assert_eq!(err.position, Some(Position { line: 2, column: 1 }));
+        assert_eq!(
+            err.message,
+            "duplicate mapping key `name` is not allowed here"
+        );
+        let err = parse("a: 1\n? [x]\n: y\n").unwrap_err();
+        assert_eq!(err.position, Some(Position { line: 2, column: 3 }));
     }
 
     #[test]
     fn keys_are_kept_as_written_and_only_true_and_false_are_booleans() {
-        let source = "n: 1\nON: 2\n1.0: 3\n0x10: 4\ny: 5\n\"q\": 6\nvalues: [no, on, y, off, yes, true, False]\n";
+        let source = "n: 1\nON: 2\n1.0: 3\n0x10: 4\ny: 5\n\"q\": 6\n~: 7\nvalues: [no, on, y, off, yes, true, False]\n";
         let (value, map) = parse(source).unwrap();
         assert_eq!(
             value,
             json!({
-                "n": 1, "ON": 2, "1.0": 3, "0x10": 4, "y": 5, "q": 6,
+                "n": 1, "ON": 2, "1.0": 3, "0x10": 4, "y": 5, "q": 6, "null": 7,
                 "values": ["no", "on", "y", "off", "yes", true, false]
             })
         );
@@ -332,7 +351,7 @@ mod tests {
         assert_eq!(
             map.value("/values/6"),
             Position {
-                line: 7,
+                line: 8,
                 column: 37
             }
         );
