@@ -144,7 +144,8 @@ pub struct StepCommon {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub error_handlers: Vec<ErrorHandler>,
     /// A step that undoes this one; run, in reverse order of success, when the run
-    /// fails (saga).
+    /// fails (saga). It is a `tool`, `shell`, `http`, `database` or `notify` step,
+    /// performed once: no `if`, `retry`, `on_error`, handlers or `compensate` of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compensate: Option<Box<Step>>,
 }

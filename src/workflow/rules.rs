@@ -24,6 +24,8 @@ pub(crate) struct StepSite<'a> {
     pub earlier: BTreeSet<String>,
     /// Whether some step runs before this one (`prev` is defined).
     pub has_prev: bool,
+    /// Whether this is a step's `compensate`.
+    pub compensation: bool,
 }
 
 /// Every step in the file, in document order.
@@ -74,6 +76,7 @@ fn compensate_sites<'a>(
         step,
         earlier: all.clone(),
         has_prev: true,
+        compensation: true,
     });
     if let Some(Value::Object(inner)) = step.get("compensate") {
         compensate_sites(inner, format!("{pointer}/compensate"), all, out);
@@ -104,6 +107,7 @@ fn walk<'a>(
             step,
             earlier: earlier.clone(),
             has_prev: prev,
+            compensation: false,
         });
         let mut nested = BTreeSet::new();
         for branch_list in ["if_true", "if_false"] {
@@ -416,8 +420,38 @@ fn step_rules(
         }
         _ => {}
     }
+    if site.compensation {
+        compensation_rules(site, kind, report);
+    }
     no_templates_in_text(step, &site.pointer, report);
     handler_rules(step, &site.pointer, tools, report);
+}
+
+/// The step types a worker performs: the only ones a compensation can be.
+const PERFORMED: [&str; 5] = ["tool", "shell", "http", "database", "notify"];
+
+/// A compensation is performed once, as it is, when the run fails: it cannot wait
+/// for people or agents, nest steps, or be retried, guarded or compensated.
+fn compensation_rules(site: &StepSite<'_>, kind: Option<&str>, report: &mut Reporter<'_>) {
+    if let Some(kind) = kind
+        && !PERFORMED.contains(&kind)
+    {
+        report.at_value(
+            &format!("{}/type", site.pointer),
+            format!(
+                "a compensation cannot be a `{kind}` step: it must be one of {}",
+                PERFORMED.join(", ")
+            ),
+        );
+    }
+    for field in ["if", "retry", "on_error", "error_handlers", "compensate"] {
+        if site.step.contains_key(field) {
+            report.at_key(
+                &format!("{}/{field}", site.pointer),
+                format!("`{field}` does not apply to a compensation: it runs once, as it is"),
+            );
+        }
+    }
 }
 
 /// Script and SQL text are code: a value spliced into them could change what runs.

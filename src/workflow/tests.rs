@@ -462,3 +462,45 @@ fn positions_in_a_file_with_crlf_line_ends() {
         vec!["wf.awl.yaml:9:16: steps[0].inputs.x: unexpected token ')'"]
     );
 }
+
+#[test]
+fn a_compensation_is_one_performed_step() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+steps:
+  - id: a
+    tool: noop
+    compensate:
+      id: undo_a
+      type: conditional
+      condition: "true"
+      if_true: [{id: deep, tool: noop}]
+  - id: b
+    tool: noop
+    compensate:
+      id: undo_b
+      tool: noop
+      if: "true"
+      retry: {max_attempts: 2}
+      on_error: continue
+      error_handlers: [{class: any, action: abort}]
+      compensate: {id: undo_undo_b, type: gate, message: sure?}
+  - id: c
+    tool: noop
+    compensate: {id: undo_c, type: shell, command: [echo], timeout_seconds: 5}
+"#,
+    );
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:8:13: steps[0].compensate.type: a compensation cannot be a `conditional` step: it must be one of tool, shell, http, database, notify",
+            "wf.awl.yaml:16:7: steps[1].compensate.if: `if` does not apply to a compensation: it runs once, as it is",
+            "wf.awl.yaml:17:7: steps[1].compensate.retry: `retry` does not apply to a compensation: it runs once, as it is",
+            "wf.awl.yaml:18:7: steps[1].compensate.on_error: `on_error` does not apply to a compensation: it runs once, as it is",
+            "wf.awl.yaml:19:7: steps[1].compensate.error_handlers: `error_handlers` does not apply to a compensation: it runs once, as it is",
+            "wf.awl.yaml:20:7: steps[1].compensate.compensate: `compensate` does not apply to a compensation: it runs once, as it is",
+            "wf.awl.yaml:20:43: steps[1].compensate.compensate.type: a compensation cannot be a `gate` step: it must be one of tool, shell, http, database, notify",
+        ]
+    );
+}
