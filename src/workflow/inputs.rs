@@ -110,6 +110,12 @@ fn read(kind: InputType, value: Value, how: Given) -> Result<Value, String> {
         (Given::Text, Value::String(text)) => from_text(kind, &text)?,
         (_, value) => value,
     };
+    fits(kind, &value)?;
+    Ok(value)
+}
+
+/// Whether `value` has the type `kind`; the error says what was expected and got.
+pub(crate) fn fits(kind: InputType, value: &Value) -> Result<(), String> {
     let fits = match kind {
         InputType::String => value.is_string(),
         InputType::Integer => value.is_i64() || value.is_u64(),
@@ -120,7 +126,7 @@ fn read(kind: InputType, value: Value, how: Given) -> Result<Value, String> {
         InputType::Any => true,
     };
     if fits {
-        Ok(value)
+        Ok(())
     } else {
         Err(format!("expected {}, got {value}", kind.as_str()))
     }

@@ -12,6 +12,8 @@ use serde_json::{Map, Value};
 use crate::expr::{Expression, References, Template};
 
 use super::diagnostics::Reporter;
+use super::inputs::fits;
+use super::model::InputType;
 use super::yaml::escape;
 
 /// One step found in the file, with what it may refer to.
@@ -148,6 +150,7 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
         Some(Value::Object(declared)) => declared.keys().cloned().collect(),
         _ => BTreeSet::new(),
     };
+    defaults_fit(json.get("inputs"), "/inputs", report);
     let all_ids: BTreeSet<String> = sites
         .iter()
         .filter_map(|s| s.id.map(String::from))
@@ -180,6 +183,7 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
                 Some(Value::Object(declared)) => declared.keys().cloned().collect(),
                 _ => BTreeSet::new(),
             };
+            defaults_fit(tool.get("inputs"), &format!("/tools/{i}/inputs"), report);
             let none = BTreeSet::new();
             let refs = Refs {
                 inputs: &own_inputs,
@@ -197,6 +201,33 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
     }
     if let Some(Value::Array(handlers)) = json.get("error_handlers") {
         handlers_rules(handlers, "/error_handlers", &tools, report);
+    }
+}
+
+/// Each declared input's `default` has the input's type (a run given no value gets it
+/// as it is).
+fn defaults_fit(declared: Option<&Value>, pointer: &str, report: &mut Reporter<'_>) {
+    let Some(Value::Object(declared)) = declared else {
+        return;
+    };
+    for (name, spec) in declared {
+        let Some(default) = spec.get("default") else {
+            continue;
+        };
+        let kind = match spec.get("type") {
+            None => InputType::default(),
+            Some(kind) => match serde_json::from_value::<InputType>(kind.clone()) {
+                Ok(kind) => kind,
+                // The schema reports an unknown type.
+                Err(_) => continue,
+            },
+        };
+        if let Err(problem) = fits(kind, default) {
+            report.at_value(
+                &format!("{pointer}/{}/default", escape(name)),
+                format!("the default does not have the input's type: {problem}"),
+            );
+        }
     }
 }
 

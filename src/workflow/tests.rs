@@ -504,3 +504,34 @@ steps:
         ]
     );
 }
+
+#[test]
+fn an_input_default_has_the_input_type() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+inputs:
+  count: {type: integer, default: "three"}
+  name: {default: 7}
+  ok: {type: number, default: 2}
+  anything: {type: any, default: [1]}
+tools:
+  - name: t
+    type: shell
+    command: [echo, "${{ inputs.flag }}"]
+    inputs:
+      flag: {type: boolean, default: "yes"}
+steps:
+  - id: a
+    tool: t
+"#,
+    );
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:4:35: inputs.count.default: the default does not have the input's type: expected integer, got \"three\"",
+            "wf.awl.yaml:5:19: inputs.name.default: the default does not have the input's type: expected string, got 7",
+            "wf.awl.yaml:13:38: tools[0].inputs.flag.default: the default does not have the input's type: expected boolean, got \"yes\"",
+        ]
+    );
+}
