@@ -192,11 +192,10 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
                 own: None,
                 has_prev: false,
             };
-            let body = without(
-                tool,
-                &["name", "description", "inputs", "type", "script", "query"],
-            );
+            let header = ["name", "description", "inputs", "type", "script", "query"];
+            let body = without(tool, &[&header[..], &AS_WRITTEN[..]].concat());
             templates_in(&body, &format!("/tools/{i}"), &refs, report);
+            as_written(tool, &format!("/tools/{i}"), report);
         }
     }
     if let Some(Value::Array(handlers)) = json.get("error_handlers") {
@@ -268,8 +267,48 @@ fn step_expressions(site: &StepSite<'_>, refs: &Refs<'_>, report: &mut Reporter<
             }
         }
     }
-    let body = without(site.step, &NOT_TEMPLATES);
+    let body = without(site.step, &[&NOT_TEMPLATES[..], &AS_WRITTEN[..]].concat());
     templates_in(&body, &site.pointer, refs, report);
+    as_written(site.step, &site.pointer, report);
+}
+
+/// Fields the engine uses as they are written, never rendered: the interpreter, an
+/// agent's capabilities and hint, approvers, a connection name, a sub-workflow. A
+/// template there would reach the run as its own text.
+const AS_WRITTEN: [&str; 6] = [
+    "shell",
+    "capabilities",
+    "agent_hint",
+    "approvers",
+    "connection",
+    "workflow",
+];
+
+/// Refuse templates and `$` references in the [`AS_WRITTEN`] fields of `object`.
+fn as_written(object: &Map<String, Value>, pointer: &str, report: &mut Reporter<'_>) {
+    for field in AS_WRITTEN {
+        let at = format!("{pointer}/{field}");
+        let texts: Vec<(String, &str)> = match object.get(field) {
+            Some(Value::String(text)) => vec![(at, text.as_str())],
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, item)| item.as_str().map(|text| (format!("{at}/{i}"), text)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        for (at, text) in texts {
+            if !Template::parse(text).is_ok_and(|t| t.is_literal()) {
+                report.at_value(
+                    &at,
+                    format!(
+                        "`{field}` is used as written: templates and `$` references are not \
+                         rendered in it"
+                    ),
+                );
+            }
+        }
+    }
 }
 
 fn without(object: &Map<String, Value>, fields: &[&str]) -> Value {
@@ -534,6 +573,9 @@ pub(crate) fn handlers_rules(
 ) {
     for (i, handler) in handlers.iter().enumerate() {
         let at = format!("{pointer}/{i}");
+        if let Value::Object(handler) = handler {
+            as_written(handler, &at, report);
+        }
         let action = handler.get("action").and_then(Value::as_str);
         let needs = match action {
             Some("fallback") => Some("fallback_tool"),

@@ -535,3 +535,71 @@ steps:
         ]
     );
 }
+
+#[test]
+fn templates_are_refused_where_they_would_not_be_rendered() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+inputs:
+  who: {type: string}
+tools:
+  - name: q
+    type: database
+    connection: "${{ inputs.db }}"
+    query: select 1
+steps:
+  - id: s
+    type: shell
+    shell: "$inputs.who"
+    script: echo hi
+  - id: ask
+    type: agent
+    prompt: "Review for ${{ inputs.who }}"
+    capabilities: [rust, "${{ inputs.who }}"]
+    agent_hint: $inputs.who
+  - id: ok
+    type: gate
+    message: "Ship it, ${{ inputs.who }}?"
+    approvers: ["${{ inputs.who }}", ops]
+    error_handlers:
+      - {class: any, action: escalate, approvers: ["$inputs.who"]}
+  - id: child
+    type: workflow
+    workflow: "${{ inputs.who }}"
+"#,
+    );
+    let field = |f: &str| {
+        format!("`{f}` is used as written: templates and `$` references are not rendered in it")
+    };
+    assert_eq!(
+        p,
+        vec![
+            format!(
+                "wf.awl.yaml:8:17: tools[0].connection: {}",
+                field("connection")
+            ),
+            format!("wf.awl.yaml:13:12: steps[0].shell: {}", field("shell")),
+            format!(
+                "wf.awl.yaml:18:26: steps[1].capabilities[1]: {}",
+                field("capabilities")
+            ),
+            format!(
+                "wf.awl.yaml:19:17: steps[1].agent_hint: {}",
+                field("agent_hint")
+            ),
+            format!(
+                "wf.awl.yaml:23:17: steps[2].approvers[0]: {}",
+                field("approvers")
+            ),
+            format!(
+                "wf.awl.yaml:25:52: steps[2].error_handlers[0].approvers[0]: {}",
+                field("approvers")
+            ),
+            format!(
+                "wf.awl.yaml:28:15: steps[3].workflow: {}",
+                field("workflow")
+            ),
+        ]
+    );
+}
