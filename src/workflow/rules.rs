@@ -525,6 +525,9 @@ fn compensation_rules(site: &StepSite<'_>, kind: Option<&str>, report: &mut Repo
 }
 
 /// Script and SQL text are code: a value spliced into them could change what runs.
+/// They are never rendered, so a template or a `$inputs.` / `$steps.` reference in
+/// them is refused too: it would reach the shell or the database as its own text
+/// (`$inputs.repo` is the shell variable `$inputs` followed by `.repo`).
 fn no_templates_in_text(step: &Map<String, Value>, pointer: &str, report: &mut Reporter<'_>) {
     for (field, how) in [
         (
@@ -536,15 +539,45 @@ fn no_templates_in_text(step: &Map<String, Value>, pointer: &str, report: &mut R
             "pass values as bind parameters in `params` ($1, $2... / ?1, ?2...) instead",
         ),
     ] {
-        if let Some(text) = step.get(field).and_then(Value::as_str)
-            && text.contains("${{")
-        {
-            report.at_value(
-                &format!("{pointer}/{field}"),
+        let Some(text) = step.get(field).and_then(Value::as_str) else {
+            continue;
+        };
+        let at = format!("{pointer}/{field}");
+        if let Some(offset) = text.find("${{") {
+            report.at_offset(
+                &at,
+                text,
+                offset,
                 format!("templates are not allowed in `{field}` text: {how}"),
+            );
+        } else if let Some((offset, root)) = shorthand_reference(text) {
+            let shell = if field == "script" {
+                " (a shell variable followed by `.` is written `${name}.`)"
+            } else {
+                ""
+            };
+            report.at_offset(
+                &at,
+                text,
+                offset,
+                format!("`{root}` references are not rendered in `{field}` text: {how}{shell}"),
             );
         }
     }
+}
+
+/// The first `$inputs.` or `$steps.` in `text` (not after a `$` or `\`), and which.
+fn shorthand_reference(text: &str) -> Option<(usize, &'static str)> {
+    let bytes = text.as_bytes();
+    text.match_indices('$').find_map(|(i, _)| {
+        if i > 0 && matches!(bytes[i - 1], b'$' | b'\\') {
+            return None;
+        }
+        ["$inputs.", "$steps."]
+            .into_iter()
+            .find(|root| text[i..].starts_with(root))
+            .map(|root| (i, root))
+    })
 }
 
 fn handler_rules(

@@ -184,21 +184,43 @@ steps:
     type: database
     connection: main
     query: "SELECT * FROM t WHERE name = '${{ inputs.name }}'"
+  - id: t
+    type: shell
+    script: |
+      echo "$1"
+      echo "$inputs.name" $$steps.x \$steps.y ${inputs}.z
+  - id: u
+    type: database
+    connection: main
+    query: "SELECT $1, $steps.s.outputs"
+    params: [1]
 "#,
     );
-    assert_eq!(p.len(), 2, "{p:?}");
-    assert!(
-        p[0].starts_with(
-            "wf.awl.yaml:6:13: steps[0].script: templates are not allowed in `script` text"
-        ),
-        "{p:?}"
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:6:18: steps[0].script: templates are not allowed in `script` text: \
+             pass values as `args` (\"$1\", \"$2\"...) or `env` instead",
+            "wf.awl.yaml:10:43: steps[1].query: templates are not allowed in `query` text: \
+             pass values as bind parameters in `params` ($1, $2... / ?1, ?2...) instead",
+            "wf.awl.yaml:15:13: steps[2].script: `$inputs.` references are not rendered in \
+             `script` text: pass values as `args` (\"$1\", \"$2\"...) or `env` instead \
+             (a shell variable followed by `.` is written `${name}.`)",
+            "wf.awl.yaml:19:24: steps[3].query: `$steps.` references are not rendered in \
+             `query` text: pass values as bind parameters in `params` ($1, $2... / ?1, ?2...) \
+             instead",
+        ]
     );
-    assert!(
-        p[1].starts_with(
-            "wf.awl.yaml:10:12: steps[1].query: templates are not allowed in `query` text"
-        ),
-        "{p:?}"
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+steps:
+  - id: t
+    type: shell
+    script: echo $$steps.x \$steps.y ${inputs}.z $HOME.x
+"#,
     );
+    assert_eq!(p, Vec::<String>::new());
 }
 
 #[test]
