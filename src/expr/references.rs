@@ -26,6 +26,11 @@ pub struct References {
     pub steps: BTreeSet<String>,
     pub prev: bool,
     pub env: BTreeSet<String>,
+    /// `steps` is read other than by a literal name: a computed key
+    /// (`steps[inputs.which]`), `size(steps)`, `'build' in steps`, a loop over it.
+    /// Which steps such an expression needs cannot be told from its text: a caller
+    /// that binds only the named steps must bind them all.
+    pub any_step: bool,
 }
 
 impl References {
@@ -35,11 +40,16 @@ impl References {
         self.steps.extend(other.steps.iter().cloned());
         self.env.extend(other.env.iter().cloned());
         self.prev |= other.prev;
+        self.any_step |= other.any_step;
     }
 
-    /// Nothing referred to by name and no `prev`.
+    /// Nothing referred to by name, no `prev`, and `steps` not read as a whole.
     pub fn is_empty(&self) -> bool {
-        self.inputs.is_empty() && self.steps.is_empty() && self.env.is_empty() && !self.prev
+        self.inputs.is_empty()
+            && self.steps.is_empty()
+            && self.env.is_empty()
+            && !self.prev
+            && !self.any_step
     }
 }
 
@@ -90,12 +100,10 @@ impl Analysis {
     fn walk(&mut self, e: &IdedExpr, bound: &mut Vec<String>) {
         match &e.expr {
             Expr::Ident(name) => self.ident(e.id, name, bound),
-            Expr::Select(select) => {
-                if let Some(root) = free_root(&select.operand, bound) {
-                    self.record(root, &select.field);
-                }
-                self.walk(&select.operand, bound);
-            }
+            Expr::Select(select) => match free_root(&select.operand, bound) {
+                Some(root) => self.record(root, &select.field),
+                None => self.walk(&select.operand, bound),
+            },
             Expr::Call(call) => {
                 let indexing = [
                     operators::INDEX,
@@ -110,6 +118,7 @@ impl Analysis {
                     && let Expr::Literal(LiteralValue::String(key)) = &key.expr
                 {
                     self.record(root, key.inner());
+                    return;
                 }
                 if let Some(target) = &call.target {
                     match &target.expr {
@@ -167,7 +176,11 @@ impl Analysis {
         }
         match name {
             "inputs" => self.roots.inputs = true,
-            "steps" => self.roots.steps = true,
+            // Reached here, `steps` is not read by a literal name (see `record`).
+            "steps" => {
+                self.roots.steps = true;
+                self.references.any_step = true;
+            }
             "env" => self.roots.env = true,
             "prev" => {
                 self.roots.prev = true;
@@ -182,12 +195,27 @@ impl Analysis {
         }
     }
 
+    /// `root.name` or `root["name"]`, `root` being one of the four variables.
     fn record(&mut self, root: &str, name: &str) {
         let set = match root {
-            "inputs" => &mut self.references.inputs,
-            "steps" => &mut self.references.steps,
-            "env" => &mut self.references.env,
-            _ => return,
+            "inputs" => {
+                self.roots.inputs = true;
+                &mut self.references.inputs
+            }
+            "steps" => {
+                self.roots.steps = true;
+                &mut self.references.steps
+            }
+            "env" => {
+                self.roots.env = true;
+                &mut self.references.env
+            }
+            _ => {
+                // `prev.output`: `prev` is one step, its fields are not names.
+                self.roots.prev = true;
+                self.references.prev = true;
+                return;
+            }
         };
         set.insert(name.to_owned());
     }

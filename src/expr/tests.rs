@@ -396,10 +396,45 @@ fn references_are_read_off_the_syntax_tree() {
             steps: set(&["deploy", "build-app", "maybe"]),
             prev: true,
             env: set(&["HOME"]),
+            any_step: true,
         }
     );
     let plain = Expression::parse("1 + 2").unwrap();
     assert!(plain.references().is_empty());
+}
+
+#[test]
+fn steps_read_as_a_whole_are_flagged() {
+    let any = |src: &str| Expression::parse(src).unwrap().references().any_step;
+    for src in [
+        "steps[inputs.which].status == ''",
+        "steps [inputs.which].status == ''",
+        "size(steps) > 0",
+        "'build' in steps",
+        "steps.all(id, steps[id].status == 'succeeded')",
+        "steps.exists(id, id == 'build')",
+        "has(steps[inputs.which].outputs)",
+    ] {
+        assert!(any(src), "{src}");
+        assert!(
+            !Expression::parse(src).unwrap().references().is_empty(),
+            "{src}"
+        );
+    }
+    for src in [
+        "steps.build.status == ''",
+        "steps['build-app'].outputs.url",
+        "$build-app.status",
+        "$steps.build.outputs.n + 1",
+        "has(steps.maybe.outputs)",
+        "[1].map(steps, steps + 1)",
+        "prev.output",
+        "inputs.count > 3",
+    ] {
+        assert!(!any(src), "{src}");
+    }
+    let t = Template::parse("a ${{ steps.x.status }} b ${{ size(steps) }}").unwrap();
+    assert!(t.references().any_step);
 }
 
 #[test]
