@@ -7,10 +7,16 @@
 //!
 //! - **parsed, not spliced**: an expression is parsed by a real grammar into a
 //!   syntax tree; nothing is split on strings or handed to an `eval`;
-//! - **side-effect free and terminating**: no I/O, no loops beyond bounded
-//!   comprehensions over values already in hand, no access to anything but the
-//!   variables bound here. Evaluation is a pure function of the expression and
-//!   the [`Scope`], so replaying a run from the log gives the same answers;
+//! - **side-effect free and terminating**: no I/O, no clock, no access to anything
+//!   but the variables bound here, and no loop but a comprehension over a list or
+//!   map (one in hand, or `lists.range(n)`, n at most a million). Evaluation is a
+//!   pure function of the expression and the [`Scope`], so replaying a run from
+//!   the log gives the same answers. Terminating is not cheap: the `cel` crate
+//!   has no cost limit, so nested comprehensions (`lists.range(1000000).map(a,
+//!   lists.range(1000000))`) or chained `replace` calls can run for hours or
+//!   exhaust memory within the 4 KiB limit. A workflow file is code, trusted
+//!   like its shell steps; the values it runs with cannot change what it does,
+//!   though a long list makes a comprehension over it longer;
 //! - **inspectable**: the syntax tree tells which inputs, steps and env variables an
 //!   expression names ([`References`]), so loading a workflow can reject
 //!   `steps.deploy` when there is no step `deploy`, before anything runs.

@@ -587,6 +587,13 @@ fn the_cel_library_and_extensions_are_there() {
     assert_eq!(eval("inputs.repo.matches('^a.l$')"), json!(true));
     assert_eq!(eval("size(inputs.obj.b)"), json!(2));
     assert_eq!(eval("'a,b'.split(',')"), json!(["a", "b"]));
+    // The one list not in hand is bounded (the module docs say so).
+    assert_eq!(eval("lists.range(3)"), json!([0, 1, 2]));
+    assert!(
+        eval_err("size(lists.range(1000001))", &scope())
+            .message
+            .contains("exceeds maximum allowed (1000000)")
+    );
 }
 
 // ---------------------------------------------------------------- values are data
