@@ -137,6 +137,10 @@ fn offsets_point_into_the_source_before_shorthand_translation() {
     assert!(e.message.contains("unknown name 'foo'"), "{e}");
     let e = parse_err("$x.y == $");
     assert_eq!(e.offset, 8);
+    // An unknown name after wide characters and a translated reference: bytes.
+    let e = parse_err("'😀' == $a-b.c && foo");
+    assert_eq!((e.offset, e.message.contains("'foo'")), (20, true));
+    assert_eq!(parse_err("'日本'\n && foo").offset, 13);
 }
 
 #[test]
