@@ -35,6 +35,13 @@ pub(crate) fn builtin_tools() -> Vec<&'static str> {
     BUILTIN_TOOLS.to_vec()
 }
 
+/// Whether a `workflow` step's `workflow` names a file, relative to the workflow
+/// file (`./child.awl.yaml`), rather than a registered workflow: it ends in `.yaml`
+/// or `.yml`, or has a `/`.
+pub fn names_a_file(target: &str) -> bool {
+    target.ends_with(".yaml") || target.ends_with(".yml") || target.contains('/')
+}
+
 /// The JSON pointers of every step in a workflow file's JSON form: the steps, the
 /// steps nested in them (`if_true`, `if_false`, `branches`), the hooks and the
 /// compensations. The one walk over a file's steps, for whoever needs to visit them.

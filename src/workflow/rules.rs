@@ -459,7 +459,7 @@ fn step_rules(
         }
         Some("workflow") => {
             if let Some(target) = step.get("workflow").and_then(Value::as_str)
-                && looks_like_path(target)
+                && super::names_a_file(target)
             {
                 let base = file.parent().unwrap_or(Path::new("."));
                 if !base.join(target).is_file() {
@@ -638,10 +638,6 @@ fn unknown_tool(tool: &str, tools: &BTreeSet<String>) -> String {
         "unknown tool `{tool}` (known: {})",
         tools.iter().cloned().collect::<Vec<_>>().join(", ")
     )
-}
-
-fn looks_like_path(target: &str) -> bool {
-    target.ends_with(".yaml") || target.ends_with(".yml") || target.contains('/')
 }
 
 #[cfg(test)]

@@ -625,3 +625,33 @@ steps:
         ]
     );
 }
+
+#[test]
+fn step_pointers_reach_every_step() {
+    let json = json!({"steps": [
+        {"id": "a", "compensate": {"id": "undo_a"}},
+        {"id": "fork", "type": "parallel", "branches": [
+            {"name": "x", "steps": [{"id": "x1", "compensate": {"id": "undo_x1"}}]}
+        ]},
+        {"id": "pick", "type": "conditional", "if_true": [{"id": "t"}], "if_false": [{"id": "f"}]}
+    ], "on_success": [{"id": "ok"}], "on_failure": [{"id": "bad", "type": "conditional", "if_true": [{"id": "bad_t"}]}]});
+    assert_eq!(
+        super::step_pointers(&json),
+        vec![
+            "/steps/0",
+            "/steps/1",
+            "/steps/1/branches/0/steps/0",
+            "/steps/2",
+            "/steps/2/if_true/0",
+            "/steps/2/if_false/0",
+            "/on_success/0",
+            "/on_failure/0",
+            "/on_failure/0/if_true/0",
+            "/steps/0/compensate",
+            "/steps/1/branches/0/steps/0/compensate",
+        ]
+    );
+    assert!(super::names_a_file("./child.awl.yaml"));
+    assert!(super::names_a_file("sub/child"));
+    assert!(!super::names_a_file("deploy-service"));
+}
