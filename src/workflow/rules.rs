@@ -155,6 +155,13 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
         .iter()
         .filter_map(|s| s.id.map(String::from))
         .collect();
+    let mut places = BTreeMap::new();
+    for site in &sites {
+        if let Some(id) = site.id {
+            places.entry(id).or_insert(site.pointer.as_str());
+        }
+    }
+    let none = BTreeSet::new();
     for site in &sites {
         step_rules(site, &tools, file, report);
         let refs = Refs {
@@ -162,6 +169,8 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
             earlier: &site.earlier,
             all: &all_ids,
             own: site.id,
+            here: Some(&site.pointer),
+            places: &places,
             has_prev: site.has_prev,
         };
         step_expressions(site, &refs, report);
@@ -172,6 +181,8 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
             earlier: &all_ids,
             all: &all_ids,
             own: None,
+            here: None,
+            places: &places,
             has_prev: true,
         };
         templates_in(outputs, "/outputs", &refs, report);
@@ -184,12 +195,13 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
                 _ => BTreeSet::new(),
             };
             defaults_fit(tool.get("inputs"), &format!("/tools/{i}/inputs"), report);
-            let none = BTreeSet::new();
             let refs = Refs {
                 inputs: &own_inputs,
                 earlier: &none,
                 all: &none,
                 own: None,
+                here: None,
+                places: &BTreeMap::new(),
                 has_prev: false,
             };
             let header = ["name", "description", "inputs", "type", "script", "query"];
@@ -236,6 +248,10 @@ struct Refs<'a> {
     earlier: &'a BTreeSet<String>,
     all: &'a BTreeSet<String>,
     own: Option<&'a str>,
+    /// Where the step whose expressions these are is, when it is one.
+    here: Option<&'a str>,
+    /// Where each step is, by id.
+    places: &'a BTreeMap<&'a str, &'a str>,
     has_prev: bool,
 }
 
@@ -363,6 +379,12 @@ fn check_references(found: &References, pointer: &str, refs: &Refs<'_>, report: 
         let message = if refs.own == Some(step.as_str()) {
             format!(
                 "step `{step}` refers to itself: a step can only use the outputs of steps that ran before it"
+            )
+        } else if let (Some(here), Some(there)) = (refs.here, refs.places.get(step.as_str()))
+            && here.starts_with(&format!("{there}/"))
+        {
+            format!(
+                "refers to step `{step}`, which contains this one: it has not finished while this step runs"
             )
         } else if refs.all.contains(step) {
             format!(

@@ -655,3 +655,41 @@ fn step_pointers_reach_every_step() {
     assert!(super::names_a_file("sub/child"));
     assert!(!super::names_a_file("deploy-service"));
 }
+
+#[test]
+fn a_step_cannot_use_the_step_it_is_in() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+steps:
+  - id: pick
+    type: conditional
+    condition: "true"
+    if_true:
+      - id: inner
+        tool: echo
+        inputs: {message: "${{ steps.pick.outputs.branch }}"}
+  - id: fork
+    type: parallel
+    branches:
+      - name: x
+        steps:
+          - id: x1
+            tool: noop
+            if: "steps.fork.status == 'running'"
+          - id: x2
+            tool: noop
+            if: "steps.y1.status == 'succeeded'"
+      - name: y
+        steps: [{id: y1, tool: noop}]
+"#,
+    );
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:10:27: steps[0].if_true[0].inputs.message: refers to step `pick`, which contains this one: it has not finished while this step runs",
+            "wf.awl.yaml:18:17: steps[1].branches[0].steps[0].if: refers to step `fork`, which contains this one: it has not finished while this step runs",
+            "wf.awl.yaml:21:17: steps[1].branches[0].steps[1].if: refers to step `y1`, which has not run at this point (it comes later, or in another branch)",
+        ]
+    );
+}
