@@ -163,11 +163,22 @@ steps:
 
 #[test]
 fn a_step_without_type_or_tool_says_what_it_needs() {
-    let p = problems("name: a\nversion: \"1.0.0\"\nsteps:\n  - id: s\n    command: [ls]\n");
-    assert!(
-        p.iter()
-            .any(|m| m.contains("steps[0]: a step needs a `type`")),
-        "{p:?}"
+    let p = problems(
+        "name: a\nversion: \"1.0.0\"\nsteps:\n  - id: s\n    command: [ls]\n  - name: no id\n",
+    );
+    let needs = "a step needs a `type` (one of tool, shell, http, agent, gate, conditional, \
+                 parallel, database, notify, workflow), or `tool` for a tool step";
+    assert_eq!(
+        p,
+        vec![
+            format!("wf.awl.yaml:4:5: steps[0]: {needs}"),
+            "wf.awl.yaml:5:5: steps[0].command: unknown field `command` (expected one of \
+             `compensate`, `description`, `error_handlers`, `id`, `if`, `inputs`, `name`, \
+             `on_error`, `retry`, `timeout_seconds`, `tool`, `type`)"
+                .to_string(),
+            "wf.awl.yaml:6:5: steps[1]: missing field `id`".to_string(),
+            format!("wf.awl.yaml:6:5: steps[1]: {needs}"),
+        ]
     );
 }
 

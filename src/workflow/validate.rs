@@ -91,14 +91,17 @@ fn schema_problems(json: &Value, report: &mut Reporter<'_>) {
             }
             ValidationErrorKind::Required { property } => {
                 let name = property.as_str().unwrap_or_default();
-                let message = if is_step(&pointer) && instance.get("type").is_none() {
-                    format!(
-                        "a step needs a `type` (one of {}), or `tool` for a tool step",
-                        StepKind::TYPES.join(", ")
-                    )
-                } else {
-                    format!("missing field `{name}`")
-                };
+                // A step with neither `type` nor `tool` is taken for a tool step
+                // missing its `tool`: say what it lacks instead.
+                let message =
+                    if name == "tool" && is_step(&pointer) && instance.get("type").is_none() {
+                        format!(
+                            "a step needs a `type` (one of {}), or `tool` for a tool step",
+                            StepKind::TYPES.join(", ")
+                        )
+                    } else {
+                        format!("missing field `{name}`")
+                    };
                 report.at_value(&pointer, message);
             }
             ValidationErrorKind::Enum { options } => {
