@@ -92,10 +92,13 @@ pub struct YamlError {
 ///
 /// Booleans are YAML 1.2's (`true`, `false`), as editors checking a file against the
 /// published schema read them: `no`, `on` or `y` are strings, not YAML 1.1 booleans.
+/// A number written with leading zeros (`0755`, `01234`) is kept as the string it
+/// is written as, not read as the float `755.0`.
 pub fn parse(source: &str) -> Result<(Value, SourceMap), YamlError> {
     let options = serde_saphyr::options! {
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
         strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
     };
     let root: Spanned<Node> =
         serde_saphyr::from_str_with_options(source, options).map_err(|e| YamlError {
@@ -337,14 +340,15 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_kept_as_written_and_only_true_and_false_are_booleans() {
-        let source = "n: 1\nON: 2\n1.0: 3\n0x10: 4\ny: 5\n\"q\": 6\n~: 7\nvalues: [no, on, y, off, yes, true, False]\n";
+    fn keys_and_leading_zeros_are_kept_as_written_and_only_true_and_false_are_booleans() {
+        let source = "n: 1\nON: 2\n1.0: 3\n0x10: 4\ny: 5\n\"q\": 6\n~: 7\nvalues: [no, on, y, off, yes, true, False]\nzip: [01234, 0, 10, 1.5]\n";
         let (value, map) = parse(source).unwrap();
         assert_eq!(
             value,
             json!({
                 "n": 1, "ON": 2, "1.0": 3, "0x10": 4, "y": 5, "q": 6, "null": 7,
-                "values": ["no", "on", "y", "off", "yes", true, false]
+                "values": ["no", "on", "y", "off", "yes", true, false],
+                "zip": ["01234", 0, 10, 1.5]
             })
         );
         assert_eq!(map.key("/0x10"), Position { line: 4, column: 1 });
