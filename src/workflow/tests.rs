@@ -704,3 +704,32 @@ steps:
         ]
     );
 }
+
+#[test]
+fn whole_numbers_are_written_without_a_fraction() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+timeout_seconds: 10.0
+cost_budget_usd: 2.0
+steps:
+  - id: a
+    tool: noop
+    retry: {max_attempts: 1e1, base_seconds: 1.0}
+  - id: b
+    type: shell
+    command: [x]
+    success_exit_codes: [0, 1.0]
+outputs:
+  ratio: 10.0
+"#,
+    );
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:3:18: timeout_seconds: expected a whole number, got 10.0: write it without a fraction",
+            "wf.awl.yaml:8:27: steps[0].retry.max_attempts: expected a whole number, got 10.0: write it without a fraction",
+            "wf.awl.yaml:12:29: steps[1].success_exit_codes[1]: expected a whole number, got 1.0: write it without a fraction",
+        ]
+    );
+}

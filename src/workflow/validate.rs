@@ -71,9 +71,51 @@ pub fn check(file: &Path, source: &str) -> Result<CheckedWorkflow, Diagnostics> 
 fn validator() -> &'static jsonschema::Validator {
     static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
     VALIDATOR.get_or_init(|| {
-        jsonschema::validator_for(&workflow_schema())
+        let mut schema = workflow_schema();
+        mark_integers(&mut schema);
+        jsonschema::options()
+            .with_keyword(WHOLE_NUMBER, |_, _, _| Ok(Box::new(WholeNumber)))
+            .build(&schema)
             .unwrap_or_else(|e| panic!("awl's own workflow schema does not compile: {e}"))
     })
+}
+
+/// A keyword of awl's own copy of the schema (not the published one): the number is
+/// written without a fraction. JSON Schema counts `10.0` as an integer, but the
+/// field's Rust type does not take it, so without this a file with
+/// `timeout_seconds: 10.0` passed every check and then could not be read.
+const WHOLE_NUMBER: &str = "x-awl-whole-number";
+
+struct WholeNumber;
+
+impl<'i> jsonschema::Keyword<'i> for WholeNumber {
+    fn validate(&self, instance: &'i Value) -> Result<(), jsonschema::ValidationError<'i>> {
+        if self.is_valid(instance) {
+            Ok(())
+        } else {
+            Err(jsonschema::ValidationError::custom(format!(
+                "expected a whole number, got {instance}: write it without a fraction"
+            )))
+        }
+    }
+
+    fn is_valid(&self, instance: &'i Value) -> bool {
+        !matches!(instance, Value::Number(n) if n.is_f64())
+    }
+}
+
+/// Add [`WHOLE_NUMBER`] beside every `"type": "integer"`.
+fn mark_integers(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if map.get("type") == Some(&Value::String("integer".into())) {
+                map.insert(WHOLE_NUMBER.into(), Value::Bool(true));
+            }
+            map.values_mut().for_each(mark_integers);
+        }
+        Value::Array(items) => items.iter_mut().for_each(mark_integers),
+        _ => {}
+    }
 }
 
 /// Translate every schema error into a diagnostic at the right place.
@@ -141,6 +183,7 @@ fn schema_problems(json: &Value, report: &mut Reporter<'_>) {
                 };
                 report.at_value(&pointer, message);
             }
+            ValidationErrorKind::Custom { message, .. } => report.at_value(&pointer, message),
             _ => report.at_value(&pointer, error.to_string()),
         }
     }
