@@ -172,6 +172,7 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
             here: Some(&site.pointer),
             places: &places,
             has_prev: site.has_prev,
+            in_tool: false,
         };
         step_expressions(site, &refs, report);
     }
@@ -184,6 +185,7 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
             here: None,
             places: &places,
             has_prev: true,
+            in_tool: false,
         };
         templates_in(outputs, "/outputs", &refs, report);
     }
@@ -203,6 +205,7 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
                 here: None,
                 places: &BTreeMap::new(),
                 has_prev: false,
+                in_tool: true,
             };
             let header = ["name", "description", "inputs", "type", "script", "query"];
             let body = without(tool, &[&header[..], &AS_WRITTEN[..]].concat());
@@ -253,6 +256,8 @@ struct Refs<'a> {
     /// Where each step is, by id.
     places: &'a BTreeMap<&'a str, &'a str>,
     has_prev: bool,
+    /// A declared tool's body: it sees its own inputs and nothing of the run.
+    in_tool: bool,
 }
 
 /// Fields of a step that are not templates: names, code, nested steps, policies.
@@ -372,11 +377,15 @@ fn check_references(found: &References, pointer: &str, refs: &Refs<'_>, report: 
             report.at_value(pointer, format!("unknown input `{input}` ({declared})"));
         }
     }
+    let tool_sees = "a declared tool sees only its own `inputs`: pass what it needs as an \
+                     input of the tool step";
     for step in &found.steps {
         if refs.earlier.contains(step) {
             continue;
         }
-        let message = if refs.own == Some(step.as_str()) {
+        let message = if refs.in_tool {
+            format!("refers to step `{step}`: {tool_sees}")
+        } else if refs.own == Some(step.as_str()) {
             format!(
                 "step `{step}` refers to itself: a step can only use the outputs of steps that ran before it"
             )
@@ -395,7 +404,9 @@ fn check_references(found: &References, pointer: &str, refs: &Refs<'_>, report: 
         };
         report.at_value(pointer, message);
     }
-    if found.prev && !refs.has_prev {
+    if found.prev && refs.in_tool {
+        report.at_value(pointer, format!("`prev` is used: {tool_sees}"));
+    } else if found.prev && !refs.has_prev {
         report.at_value(pointer, "`prev` is used, but no step runs before this one");
     }
 }

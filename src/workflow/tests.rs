@@ -733,3 +733,34 @@ outputs:
         ]
     );
 }
+
+#[test]
+fn a_declared_tool_sees_only_its_inputs() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+inputs:
+  repo: {type: string}
+tools:
+  - name: t
+    type: shell
+    command: [echo, "${{ inputs.msg }}", "${{ inputs.repo }}", "${{ steps.a.outputs }}", "$prev.output"]
+    inputs:
+      msg: {type: string}
+steps:
+  - id: a
+    tool: t
+"#,
+    );
+    let sees = "a declared tool sees only its own `inputs`: pass what it needs as an input of \
+                the tool step";
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:8:42: tools[0].command[2]: unknown input `repo` (declared: msg)"
+                .to_string(),
+            format!("wf.awl.yaml:8:64: tools[0].command[3]: refers to step `a`: {sees}"),
+            format!("wf.awl.yaml:8:90: tools[0].command[4]: `prev` is used: {sees}"),
+        ]
+    );
+}
