@@ -207,7 +207,7 @@ fn allowed_fields(schema_path: &str) -> Vec<String> {
 fn unknown_field(name: &str, allowed: &[String]) -> String {
     let closest = allowed
         .iter()
-        .map(|a| (strsim_distance(name, a), a))
+        .map(|a| (edit_distance(name, a), a))
         .filter(|(d, a)| *d <= 2.max(a.len() / 3))
         .min_by_key(|(d, _)| *d);
     match closest {
@@ -224,8 +224,9 @@ fn unknown_field(name: &str, allowed: &[String]) -> String {
     }
 }
 
-/// Levenshtein distance, for "did you mean".
-fn strsim_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance, for "did you mean" (strsim is only a dependency of clap
+/// here; two rows of a table are not worth a direct dependency).
+fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -328,10 +329,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn edit_distance() {
-        assert_eq!(strsim_distance("comand", "command"), 1);
-        assert_eq!(strsim_distance("", "abc"), 3);
-        assert_eq!(strsim_distance("retry", "retry"), 0);
+    fn edit_distances() {
+        assert_eq!(edit_distance("comand", "command"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("retry", "retry"), 0);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("héllo", "hello"), 1, "characters, not bytes");
     }
 
     #[test]
