@@ -12,7 +12,8 @@
 //! | `inputs` | a run's inputs checked and defaulted against the declaration |
 //! | `diagnostics` | a problem: file, line, column, field, message |
 //!
-//! Pure code except [`load`], which reads a file.
+//! Pure code except [`load`], which reads a file, and one rule: a `workflow` step
+//! naming a file is checked to have that file next to the workflow file.
 
 pub mod diagnostics;
 pub mod inputs;

@@ -6,8 +6,8 @@
 //! docs become the schema's descriptions, so they are written for workflow authors.
 //!
 //! Strings that may hold expressions (`${{ inputs.repo }}`, `$steps.build.outputs.url`)
-//! are kept as written here; they are checked by `validate.rs` and evaluated by the
-//! executor, never spliced into shell or SQL text.
+//! are kept as written here; they are checked by `rules.rs` when a file is loaded and
+//! rendered by the engine (`engine/render.rs`), never spliced into shell or SQL text.
 
 use std::collections::BTreeMap;
 

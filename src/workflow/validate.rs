@@ -6,7 +6,8 @@
 //!    mistyped fields, out-of-range numbers;
 //! 2. the rules a schema cannot say (`rules.rs`): unique step ids, references to inputs
 //!    and steps that exist and run earlier, expressions that parse, no templates in
-//!    script or SQL text, tools that exist.
+//!    script or SQL text or in fields used as written, tools and sub-workflow files
+//!    that exist, defaults of the declared type, compensations that can be performed.
 //!
 //! Only a file with no problem at all is turned into a [`Workflow`].
 
