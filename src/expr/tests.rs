@@ -196,6 +196,19 @@ fn overlong_and_too_deep_expressions_are_rejected() {
     assert!(e.message.contains("4 KiB"), "{e}");
     let e = template_err(&format!("text ${{{{ {long} }}}}"));
     assert!(e.message.contains("4 KiB"), "{e}");
+    // A whole-string reference and a wrapped condition are limited too.
+    let e = template_err(&format!("$inputs.{}", "a".repeat(MAX_EXPRESSION_BYTES)));
+    assert_eq!(e.offset, 0);
+    assert!(e.message.contains("4 KiB"), "{e}");
+    let e = Expression::parse_condition(&format!("${{{{ {long} }}}}")).unwrap_err();
+    assert_eq!(e.offset, 4);
+    assert!(e.message.contains("4 KiB"), "{e}");
+    // The text around segments is not limited.
+    let text = format!(
+        "{} ${{{{ inputs.repo }}}}",
+        "x".repeat(10 * MAX_EXPRESSION_BYTES)
+    );
+    assert!(render(&text).as_str().unwrap().ends_with(" awl"));
     // Exactly at the limit is fine.
     let at_limit = format!("{}1", " ".repeat(MAX_EXPRESSION_BYTES - 1));
     assert_eq!(eval(&at_limit), json!(1));
