@@ -1249,3 +1249,36 @@ steps:
     assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
     assert_eq!(sim.status("b1"), Some("failed"));
 }
+
+#[test]
+fn expressions_that_use_steps_as_a_whole_see_every_step() {
+    let yaml = r#"
+name: whole
+version: "1.0.0"
+inputs:
+  which: {type: string, default: a}
+steps:
+  - {id: a, tool: echo, inputs: {message: from a}}
+  - id: b
+    tool: echo
+    if: "size(steps) == 2"
+    inputs: {message: "${{ steps[inputs.which].outputs.message }}"}
+"#;
+    let mut sim = Sim::start(yaml, json!({}));
+    sim.tick();
+    sim.report("a", Ok(json!({"message": "from a"})));
+    let tick = sim.tick();
+    match &tick.effects[..] {
+        [
+            Effect::Perform {
+                step_id,
+                work: Work::Builtin { inputs, .. },
+                ..
+            },
+        ] => {
+            assert_eq!(step_id.as_str(), "b", "the guard saw both steps");
+            assert_eq!(inputs["message"], "from a");
+        }
+        other => panic!("{other:?}"),
+    }
+}

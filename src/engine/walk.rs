@@ -1121,10 +1121,11 @@ impl<'a> Walker<'a> {
 
     fn condition(&self, source: &str, prev: Option<&str>) -> Result<bool, String> {
         let expr = Expression::parse_condition(source).map_err(|e| e.to_string())?;
-        let steps = if source.contains("steps[") {
+        let refs = expr.references();
+        let steps = if refs.any_step {
             self.step_ids.clone()
         } else {
-            expr.references().steps.iter().cloned().collect()
+            refs.steps.iter().cloned().collect()
         };
         expr.evaluate_bool(&render::scope(&steps, &self.state, prev, &self.input.env))
             .map_err(|e| e.to_string())
@@ -1132,16 +1133,13 @@ impl<'a> Walker<'a> {
 
     /// What the templates in `templates` see: only the steps they name (building the
     /// view of every step for every step would make a long run quadratic), or every
-    /// step when they index `steps` dynamically.
+    /// step when they use `steps` as a whole (`steps[k]`, `size(steps)`...).
     fn scope_for(&self, prev: Option<&str>, templates: &Value) -> crate::expr::Scope {
-        let dynamic = templates.to_string().contains("steps[");
-        let steps: Vec<String> = if dynamic {
+        let refs = crate::expr::references_in(templates);
+        let steps: Vec<String> = if refs.any_step {
             self.step_ids.clone()
         } else {
-            crate::expr::references_in(templates)
-                .steps
-                .into_iter()
-                .collect()
+            refs.steps.into_iter().collect()
         };
         render::scope(&steps, &self.state, prev, &self.input.env)
     }

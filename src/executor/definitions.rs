@@ -72,7 +72,7 @@ async fn register_inner(
         .map(Path::to_path_buf)
         .unwrap_or_default();
     let mut json = loaded.checked.json.clone();
-    for pointer in step_pointers(&json) {
+    for pointer in workflow::step_pointers(&json) {
         let Some(step) = json.pointer_mut(&pointer).and_then(Value::as_object_mut) else {
             continue;
         };
@@ -83,7 +83,7 @@ async fn register_inner(
             .get("workflow")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if target.ends_with(".yaml") || target.ends_with(".yml") || target.contains('/') {
+        if workflow::names_a_file(target) {
             let child =
                 Box::pin(register_inner(store, &base.join(target), by, now, visiting)).await?;
             step.insert(
@@ -99,39 +99,6 @@ async fn register_inner(
             reason: e.to_string(),
         })?;
     register(store, &workflow, json, by, now).await
-}
-
-/// JSON pointers of every step in a workflow file, nested ones included.
-fn step_pointers(json: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    fn walk(value: &Value, pointer: &str, out: &mut Vec<String>) {
-        let Value::Array(items) = value else { return };
-        for (i, item) in items.iter().enumerate() {
-            let here = format!("{pointer}/{i}");
-            out.push(here.clone());
-            for list in ["if_true", "if_false"] {
-                if let Some(v) = item.get(list) {
-                    walk(v, &format!("{here}/{list}"), out);
-                }
-            }
-            if let Some(Value::Array(branches)) = item.get("branches") {
-                for (b, branch) in branches.iter().enumerate() {
-                    if let Some(v) = branch.get("steps") {
-                        walk(v, &format!("{here}/branches/{b}/steps"), out);
-                    }
-                }
-            }
-            if item.get("compensate").is_some() {
-                out.push(format!("{here}/compensate"));
-            }
-        }
-    }
-    for list in ["steps", "on_success", "on_failure"] {
-        if let Some(v) = json.get(list) {
-            walk(v, &format!("/{list}"), &mut out);
-        }
-    }
-    out
 }
 
 /// The content hash of a definition: SHA-256 of its JSON (keys sorted).
