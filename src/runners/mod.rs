@@ -62,7 +62,8 @@ pub struct Attempt<'a> {
     pub idempotency_key: &'a str,
     /// The attempt fails with class `timeout` after this long; `None`: no limit.
     pub timeout: Option<Duration>,
-    /// The folder of the workflow file: relative `working_dir`s are resolved from it.
+    /// Where relative `working_dir`s are resolved from, and where a shell step runs
+    /// without one (the executor passes the worker's own directory).
     pub base_dir: &'a Path,
 }
 

@@ -254,7 +254,8 @@ pub struct ShellStep {
     /// Environment variables for the process; values may be templates.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
-    /// The working directory (relative to the workflow file's folder).
+    /// The working directory: absolute, or relative to the directory the worker
+    /// (`awl worker`, or `awl run`) was started in, which is also the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
     /// Text written to the process's standard input; may be a template.

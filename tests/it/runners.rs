@@ -183,7 +183,7 @@ async fn runners_shell_environment_is_minimal() {
 }
 
 #[tokio::test]
-async fn runners_shell_working_dir_is_relative_to_the_workflow_folder() {
+async fn runners_shell_working_dir_is_relative_to_the_base_dir() {
     let dir = tmp();
     std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
     let r = Runners::new(RunnersConfig::default());
@@ -196,7 +196,7 @@ async fn runners_shell_working_dir_is_relative_to_the_workflow_folder() {
     let expected = dir.path().join("sub").canonicalize().expect("canonical");
     assert_eq!(out["stdout"], format!("{}\n", expected.display()));
 
-    // Without working_dir: the workflow's folder.
+    // Without working_dir: the base directory.
     let out = ok(r
         .shell(
             &attempt(dir.path(), None),
