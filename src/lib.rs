@@ -17,6 +17,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
+pub mod board;
 pub mod cli;
 pub mod domain;
 pub mod engine;
@@ -24,5 +26,6 @@ pub mod executor;
 pub mod expr;
 pub mod log;
 pub mod runners;
+pub mod server;
 pub mod store;
 pub mod workflow;

@@ -4,9 +4,12 @@
 //! embedded SQLite file (`.awl/awl.db`) when none is given. Errors are printed with
 //! their whole cause chain and exit with status 1; usage errors exit with 2 (clap).
 
+mod board;
 mod events;
 mod runs;
+mod serve;
 mod time_arg;
+mod tokens;
 mod validate;
 
 use std::process::ExitCode;
@@ -51,13 +54,40 @@ enum Command {
     Cancel(runs::CancelArgs),
     /// Rebuild a run from its events and print it.
     Replay(runs::ReplayArgs),
-    /// Finish an agent step's task by hand.
+    /// Serve the HTTP API, the MCP endpoint and the agent board (and run workflows).
+    Serve(serve::ServeArgs),
+    /// Put a task on the agent board.
+    Send(board::SendArgs),
+    /// The agent board in the terminal: tasks by column.
+    Tasks(board::TasksArgs),
+    /// One task and its history (`awl task ID`), or finish one by hand.
+    Task(TaskArgs),
+    /// Answer the question a blocked task asks.
+    Answer(board::AnswerArgs),
+    /// Review a task's submitted work: approve it or request changes.
     #[command(subcommand)]
-    Task(runs::TaskCommand),
+    Review(board::ReviewCommand),
+    /// Manage API tokens (admin, operator, agent, viewer).
+    #[command(subcommand)]
+    Token(tokens::TokenCommand),
     /// Check workflow files: every problem, with file, line, column and field.
     Validate(validate::ValidateArgs),
     /// Print the JSON Schema of workflow files (for editors).
     Schema,
+}
+
+/// `awl task ID` shows a task; `awl task complete|fail` finishes one by hand.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct TaskArgs {
+    #[command(subcommand)]
+    action: Option<runs::TaskCommand>,
+    /// The task to show.
+    task: Option<crate::domain::ids::TaskId>,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    target: board::Target,
 }
 
 /// Parse arguments, run the command, and turn the outcome into an exit code.
@@ -109,7 +139,40 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reject(args) => runs::reject(open(&location, true).await?, args).await,
         Command::Cancel(args) => runs::cancel(open(&location, true).await?, args).await,
         Command::Replay(args) => runs::replay(open(&location, true).await?, args).await,
-        Command::Task(command) => runs::task(open(&location, true).await?, command).await,
+        Command::Serve(args) => serve::run(open_for_work(&location).await?, args).await,
+        Command::Send(args) => {
+            let store = store_unless(args.target_is_remote(), &location).await?;
+            board::send(store, args).await
+        }
+        Command::Tasks(args) => {
+            let store = store_unless(args.target_is_remote(), &location).await?;
+            board::tasks(store, args).await
+        }
+        Command::Task(TaskArgs {
+            action: Some(command),
+            ..
+        }) => runs::task(open(&location, true).await?, command).await,
+        Command::Task(TaskArgs {
+            task: Some(task),
+            json,
+            target,
+            ..
+        }) => {
+            let store = store_unless(target.is_remote(), &location).await?;
+            board::show(store, board::ShowTaskArgs { task, json, target }).await
+        }
+        Command::Task(_) => Err(anyhow::anyhow!(
+            "name a task (`awl task ID`) or an action (`awl task complete|fail`)"
+        )),
+        Command::Answer(args) => {
+            let store = store_unless(args.target_is_remote(), &location).await?;
+            board::answer(store, args).await
+        }
+        Command::Review(command) => {
+            let store = store_unless(command.target_is_remote(), &location).await?;
+            board::review(store, command).await
+        }
+        Command::Token(command) => tokens::run(open(&location, true).await?, command).await,
         Command::Validate(_) | Command::Schema => Ok(()),
     }
 }
@@ -121,6 +184,18 @@ async fn open(location: &StoreLocation, migrate: bool) -> anyhow::Result<EventSt
         ..StoreOptions::default()
     };
     Ok(EventStore::open(location, options).await?)
+}
+
+/// The store, unless the command talks to a server instead.
+async fn store_unless(
+    remote: bool,
+    location: &StoreLocation,
+) -> anyhow::Result<Option<EventStore>> {
+    if remote {
+        Ok(None)
+    } else {
+        open(location, true).await.map(Some)
+    }
 }
 
 /// A store for executing runs: a bigger pool.

@@ -28,7 +28,7 @@ use crate::workflow::inputs::{self, Given};
 
 use super::Invalid;
 
-fn actor(by: &Option<String>) -> String {
+pub(super) fn actor(by: &Option<String>) -> String {
     by.clone()
         .or_else(|| std::env::var("USER").ok())
         .filter(|s| !s.trim().is_empty())
@@ -51,7 +51,7 @@ fn invalid(e: ExecError) -> anyhow::Error {
 }
 
 /// A worker owner name: unique per process.
-fn owner(kind: &str) -> String {
+pub(super) fn owner(kind: &str) -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
     format!(
         "{kind}:{host}:{}:{}",
@@ -61,7 +61,7 @@ fn owner(kind: &str) -> String {
 }
 
 /// Variables expressions may read: `AWL_ENV_ALLOW=HOME,CI` names them.
-fn allowed_env(names: &[String]) -> BTreeMap<String, String> {
+pub(super) fn allowed_env(names: &[String]) -> BTreeMap<String, String> {
     let mut all: BTreeSet<String> = names.iter().cloned().collect();
     if let Ok(list) = std::env::var("AWL_ENV_ALLOW") {
         all.extend(
@@ -412,7 +412,7 @@ pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub(super) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         let mut term =

@@ -47,6 +47,10 @@ pub enum StoreError {
     #[error("cannot open the store at {location}: {reason}")]
     Config { location: String, reason: String },
 
+    /// A row the store refuses to write (for example a duplicate token name).
+    #[error("{0}")]
+    Refused(String),
+
     /// The store's background appender has stopped (the store is shutting down).
     #[error("the event store is shut down")]
     Closed,

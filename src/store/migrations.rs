@@ -29,6 +29,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "run wakeups woken",
         include_str!("../../migrations/postgres/0004_run_wakeups_woken.sql"),
     ),
+    (
+        5,
+        "api tokens",
+        include_str!("../../migrations/postgres/0005_api_tokens.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -51,6 +56,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         4,
         "run wakeups woken",
         include_str!("../../migrations/sqlite/0004_run_wakeups_woken.sql"),
+    ),
+    (
+        5,
+        "api tokens",
+        include_str!("../../migrations/sqlite/0005_api_tokens.sql"),
     ),
 ];
 

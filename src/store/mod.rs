@@ -19,6 +19,7 @@ mod postgres;
 pub mod repository;
 mod sqlite;
 mod tail;
+mod tokens;
 mod tx;
 mod wakeups;
 
@@ -35,6 +36,7 @@ use backend::Backend;
 pub use error::StoreError;
 pub use location::{DEFAULT_SQLITE_PATH, StoreLocation, redact};
 pub use tail::TAIL_PAGE;
+pub use tokens::TokenRecord;
 pub use tx::{StoreTx, TxConnection};
 pub use wakeups::Release;
 

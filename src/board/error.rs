@@ -1,0 +1,64 @@
+//! What the board refuses, with a stable code for each kind of refusal.
+
+use crate::domain::agent::AgentError;
+use crate::domain::ids::{AgentId, IdError, TaskId};
+use crate::domain::task::TaskError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BoardError {
+    #[error("no task {0}")]
+    TaskNotFound(TaskId),
+    #[error("agent {0} is not registered: register it first")]
+    AgentNotFound(AgentId),
+    #[error("agent {0} is retired: register it again to take work")]
+    AgentRetired(AgentId),
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("Idempotency-Key {key:?} was already used for task {task} with a different request")]
+    IdempotencyMismatch { key: String, task: TaskId },
+    #[error("{0} kept changing while deciding; try again")]
+    Busy(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<IdError> for BoardError {
+    fn from(e: IdError) -> Self {
+        BoardError::Invalid(e.to_string())
+    }
+}
+
+impl BoardError {
+    /// A stable, machine-readable name for the kind of error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::TaskNotFound(_) => "task_not_found",
+            Self::AgentNotFound(_) => "agent_not_found",
+            Self::AgentRetired(_) => "agent_retired",
+            Self::Task(e) => match e {
+                TaskError::NotQueued { .. } => "task_not_found",
+                TaskError::NotAssignee { .. } => "not_assignee",
+                TaskError::Empty { .. }
+                | TaskError::PercentOutOfRange { .. }
+                | TaskError::DeadlineNotAfterDelivery { .. } => "invalid_request",
+                TaskError::WrongQuestion { .. } => "wrong_question",
+                _ => "illegal_transition",
+            },
+            Self::Agent(AgentError::NotRegistered { .. }) => "agent_not_found",
+            Self::Agent(AgentError::Retired { .. }) => "agent_retired",
+            Self::Agent(_) => "illegal_transition",
+            Self::Invalid(_) => "invalid_request",
+            Self::Forbidden(_) => "forbidden",
+            Self::IdempotencyMismatch { .. } => "idempotency_mismatch",
+            Self::Busy(_) => "busy",
+            Self::Store(_) => "store_error",
+        }
+    }
+}

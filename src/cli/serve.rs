@@ -1,0 +1,104 @@
+//! `awl serve`: the API, the MCP endpoint, the board and (unless `--no-worker`) the
+//! executor in one process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::Utc;
+use clap::Args;
+
+use crate::executor::{WorkerConfig, definitions, system_clock};
+use crate::server::{self, ServeConfig};
+use crate::store::EventStore;
+
+use super::runs::{actor, allowed_env, owner, runners, shutdown_signal};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Without API tokens auth is off and only loopback is allowed.
+    #[arg(long, env = "AWL_BIND", default_value = "127.0.0.1:8080")]
+    bind: SocketAddr,
+    /// Seconds an agent has to ack a delivered task before it is requeued.
+    #[arg(long, default_value_t = 30)]
+    ack_timeout: u64,
+    /// Seconds without a call from an agent after which its tasks are requeued.
+    #[arg(long, default_value_t = 300)]
+    lost_after: u64,
+    /// The longest wait_for_prompt allowed, in seconds.
+    #[arg(long, default_value_t = 60)]
+    max_wait: u64,
+    /// The largest request body, in bytes.
+    #[arg(long, default_value_t = 256 * 1024)]
+    body_limit: usize,
+    /// Do not run the executor here (leave runs to `awl worker` processes).
+    #[arg(long)]
+    no_worker: bool,
+    /// Register every `*.awl.yaml` file in this directory at start-up (repeatable), so
+    /// runs of them can be started over the API.
+    #[arg(long = "workflows", value_name = "DIR")]
+    workflows: Vec<PathBuf>,
+    /// Environment variables expressions may read (`env.NAME`); repeatable.
+    #[arg(long = "env-allow", value_name = "NAME")]
+    env_allow: Vec<String>,
+}
+
+pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
+    for dir in &args.workflows {
+        register_dir(&store, dir).await?;
+    }
+    let mut config = ServeConfig::new(args.bind);
+    config.body_limit = args.body_limit;
+    config.board.ack_timeout = chrono::Duration::seconds(args.ack_timeout.max(1) as i64);
+    config.board.lost_after = chrono::Duration::seconds(args.lost_after.max(1) as i64);
+    config.board.max_wait = Duration::from_secs(args.max_wait.max(1));
+    config.board.default_wait = config.board.default_wait.min(config.board.max_wait);
+    config.request_timeout = config.board.max_wait + Duration::from_secs(30);
+    if !args.no_worker {
+        let mut worker = WorkerConfig::new(owner("serve"));
+        worker.env = allowed_env(&args.env_allow);
+        config.worker = Some(worker);
+    }
+    let location = store.location().clone();
+    let server = server::start(store, config, runners(), system_clock()).await?;
+    eprintln!(
+        "awl serve: listening on http://{} (store: {location})",
+        server.addr
+    );
+    if server.auth_on {
+        eprintln!("awl serve: auth is on: every route but /health needs a bearer token");
+    } else {
+        eprintln!(
+            "awl serve: auth is OFF (no API tokens exist), so only loopback may connect; \
+             create one with `awl token create --name NAME --role admin`"
+        );
+    }
+    let stop = server.stopper();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        eprintln!("awl serve: stopping: finishing requests in flight and giving runs back");
+        let _ = stop.send(true);
+    });
+    server.wait().await?;
+    Ok(())
+}
+
+async fn register_dir(store: &EventStore, dir: &std::path::Path) -> anyhow::Result<()> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("cannot read workflow directory {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".awl.yaml"))
+        .collect();
+    files.sort();
+    for file in files {
+        let registered =
+            definitions::register_file(store, &file, &actor(&None), Utc::now()).await?;
+        eprintln!(
+            "awl serve: registered {} {} from {}",
+            registered.name,
+            registered.version,
+            file.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,278 @@
+//! `awl serve`: the HTTP API, the MCP endpoint, the board's dispatcher and sweeper,
+//! and the executor, in one process.
+//!
+//! Requests pass, in order: a body size limit, a time limit (longer than the longest
+//! long poll), and the auth middleware (`auth_layer`), which checks the bearer token
+//! against the route table (`routes`) before a handler runs. Shutdown stops accepting
+//! connections, ends long polls with no task, lets in-flight requests finish, stops
+//! the worker (which gives its runs back) and closes the store.
+
+mod auth_layer;
+mod error;
+mod extract;
+mod rest;
+pub mod routes;
+mod runs_api;
+mod tokens_api;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::auth::TokenVerifier;
+use crate::board::{Board, BoardConfig};
+use crate::executor::definitions::Definitions;
+use crate::executor::{Clock, Worker, WorkerConfig};
+use crate::runners::Runners;
+use crate::store::EventStore;
+
+pub use auth_layer::AuthMode;
+use auth_layer::{AuthState, authenticate};
+pub use error::ApiError;
+pub use rest::{acting_agent, parse_status};
+
+/// Everything the handlers share. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub board: Board,
+    pub definitions: Definitions,
+    pub auth_on: bool,
+}
+
+/// How the server runs.
+#[derive(Clone)]
+pub struct ServeConfig {
+    pub bind: SocketAddr,
+    /// The largest request body accepted.
+    pub body_limit: usize,
+    /// The longest any request may take (long polls end well before).
+    pub request_timeout: Duration,
+    pub board: BoardConfig,
+    /// How often overdue acks and lost agents are looked for.
+    pub sweep_every: Duration,
+    /// Run the executor in this process (`None`: leave runs to `awl worker`s).
+    pub worker: Option<WorkerConfig>,
+}
+
+impl ServeConfig {
+    pub fn new(bind: SocketAddr) -> Self {
+        Self {
+            bind,
+            body_limit: 256 * 1024,
+            request_timeout: Duration::from_secs(90),
+            board: BoardConfig::default(),
+            sweep_every: Duration::from_secs(1),
+            worker: None,
+        }
+    }
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "no API tokens exist, so auth is off, and {0} is not a loopback address: create a token \
+         first (`awl token create --name NAME --role admin`) or bind to 127.0.0.1"
+    )]
+    OpenWithoutAuth(SocketAddr),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Board(#[from] crate::board::BoardError),
+    #[error(transparent)]
+    Exec(#[from] crate::executor::ExecError),
+}
+
+/// A started server: its address and the means to stop it.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub auth_on: bool,
+    pub board: Board,
+    stop: watch::Sender<bool>,
+    done: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+impl Server {
+    /// Stop gracefully and wait until everything has stopped.
+    pub async fn shutdown(self) -> Result<(), ServeError> {
+        let _ = self.stop.send(true);
+        self.done
+            .await
+            .map_err(|e| ServeError::Io(std::io::Error::other(e)))?
+    }
+
+    /// Wait until the server stops (after `stop` from elsewhere, or a failure).
+    pub async fn wait(self) -> Result<(), ServeError> {
+        self.done
+            .await
+            .map_err(|e| ServeError::Io(std::io::Error::other(e)))?
+    }
+
+    /// A sender that stops the server when `true` is sent.
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.stop.clone()
+    }
+}
+
+/// Start serving on `config.bind`: returns once the socket listens.
+pub async fn start(
+    store: EventStore,
+    config: ServeConfig,
+    runners: Runners,
+    clock: Clock,
+) -> Result<Server, ServeError> {
+    let auth_on = store.active_tokens().await? > 0;
+    if !auth_on && !config.bind.ip().is_loopback() {
+        return Err(ServeError::OpenWithoutAuth(config.bind));
+    }
+    let listener = TcpListener::bind(config.bind)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+    let addr = listener.local_addr()?;
+    let board = Board::open(store.clone(), clock.clone(), config.board.clone()).await?;
+    let mode = if auth_on {
+        AuthMode::Tokens(TokenVerifier::new(store.clone(), Duration::from_secs(2)))
+    } else {
+        AuthMode::Off
+    };
+    let state = AppState {
+        board: board.clone(),
+        definitions: Definitions::default(),
+        auth_on,
+    };
+    let app = router(state, mode, &config);
+    let (stop, stop_rx) = watch::channel(false);
+
+    let follower = {
+        let board = board.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move { board.follow(stop).await })
+    };
+    let sweeper = {
+        let board = board.clone();
+        let stop = stop_rx.clone();
+        let every = config.sweep_every;
+        tokio::spawn(async move { board.sweep_every(every, stop).await })
+    };
+    let worker = config.worker.clone().map(|wc| {
+        let worker = Worker::new(store.clone(), runners, wc, clock.clone());
+        let stop = stop_rx.clone();
+        tokio::spawn(async move { worker.run(stop).await })
+    });
+
+    let done = {
+        let board = board.clone();
+        let mut stop_rx = stop_rx.clone();
+        tokio::spawn(async move {
+            let board_for_close = board.clone();
+            let shutdown = async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+                // Long polls end now (with no task) so the graceful drain is quick.
+                board_for_close.close();
+            };
+            let served = axum::serve(listener, app.into_make_service())
+                .with_graceful_shutdown(shutdown)
+                .await;
+            follower.abort();
+            let _ = sweeper.await;
+            if let Some(worker) = worker {
+                match worker.await {
+                    Ok(Err(e)) => tracing::error!(error = %e, "the worker stopped with an error"),
+                    Err(e) => tracing::error!(error = %e, "the worker panicked"),
+                    Ok(Ok(())) => {}
+                }
+            }
+            served.map_err(ServeError::Io)
+        })
+    };
+    Ok(Server {
+        addr,
+        auth_on,
+        board,
+        stop,
+        done,
+    })
+}
+
+/// The whole HTTP surface.
+pub fn router(state: AppState, mode: AuthMode, config: &ServeConfig) -> Router {
+    use rest::*;
+    let auth = Arc::new(AuthState::new(mode));
+    let timeout = config.request_timeout;
+    Router::new()
+        .route("/health", get(health))
+        .route("/api/v1/health", get(health))
+        .route("/api/v1/openapi.json", get(openapi_doc))
+        .route("/api/v1/agents", post(register).get(agents))
+        .route("/api/v1/agents/{agent_id}", get(agent))
+        .route("/api/v1/agents/{agent_id}/wait", post(wait))
+        .route("/api/v1/tasks", post(send).get(tasks))
+        .route("/api/v1/tasks/{task_id}", get(task))
+        .route("/api/v1/tasks/{task_id}/events", get(task_events))
+        .route("/api/v1/tasks/{task_id}/ack", post(ack))
+        .route("/api/v1/tasks/{task_id}/progress", post(progress))
+        .route("/api/v1/tasks/{task_id}/tool-calls", post(tool_call))
+        .route("/api/v1/tasks/{task_id}/questions", post(ask))
+        .route("/api/v1/tasks/{task_id}/answer", post(answer))
+        .route("/api/v1/tasks/{task_id}/submit", post(submit))
+        .route("/api/v1/tasks/{task_id}/approve", post(approve))
+        .route(
+            "/api/v1/tasks/{task_id}/request-changes",
+            post(request_changes),
+        )
+        .route("/api/v1/tasks/{task_id}/complete", post(complete))
+        .route("/api/v1/tasks/{task_id}/fail", post(fail))
+        .route("/api/v1/tasks/{task_id}/cancel", post(cancel))
+        .route("/api/v1/runs", post(start_run))
+        .route("/api/v1/runs/{run_id}", get(run_status))
+        .route("/api/v1/gates/{gate_id}/approve", post(approve_gate))
+        .route("/api/v1/gates/{gate_id}/reject", post(reject_gate))
+        .route("/api/v1/tokens", get(tokens).post(create_token))
+        .route("/api/v1/tokens/{name}", delete(revoke_token))
+        .fallback(not_found)
+        .with_state(state)
+        .layer(middleware::from_fn_with_state(auth, authenticate))
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            limit_time(req, next, timeout)
+        }))
+        .layer(DefaultBodyLimit::max(config.body_limit))
+}
+
+async fn limit_time(request: Request, next: Next, limit: Duration) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout",
+            format!("the request took longer than {} s", limit.as_secs()),
+        )
+        .into_response(),
+    }
+}
+
+async fn not_found(request: Request) -> Response {
+    ApiError::not_found(
+        "no_route",
+        format!("no route {} {}", request.method(), request.uri().path()),
+    )
+    .into_response()
+}
