@@ -11,6 +11,7 @@
 //! URL; each test creates and drops its own database), defaulting to
 //! `postgres://postgres@127.0.0.1:5432/postgres`. `scripts/test` provides one.
 
+mod board;
 mod conformance;
 mod examples;
 mod executor;
