@@ -51,6 +51,9 @@ use wire::*;
 /// How many times a decision is retried when another writer got there first.
 const ATTEMPTS: usize = 8;
 
+/// How often an agent's calls are written to the shared presence table.
+const PRESENCE_EVERY: Duration = Duration::seconds(10);
+
 /// Names a task sent with an `Idempotency-Key` (UUID v5 of the sender and the key).
 const IDEMPOTENCY_NAMESPACE: Uuid = Uuid::from_u128(0x6a0c_5f2e_9d1b_4c7a_8e3f_2b6d_1a4c_9e70);
 
@@ -102,8 +105,10 @@ struct State {
     waiters: Vec<Waiter>,
     reserving: HashSet<TaskId>,
     next_waiter: u64,
-    /// When each agent last called in (heartbeats are not events).
+    /// When each agent last called this process (heartbeats are not events).
     last_seen: HashMap<AgentId, DateTime<Utc>>,
+    /// When this process last wrote each agent's row of the presence table.
+    presence_written: HashMap<AgentId, DateTime<Utc>>,
     /// The log position the view has followed to.
     position: i64,
 }
@@ -241,10 +246,31 @@ impl Board {
 
     // ---- agents -------------------------------------------------------------------
 
-    /// Note that `agent` called in (any call counts).
+    /// Note that `agent` called in (any call counts). The shared presence table is
+    /// written at most every [`PRESENCE_EVERY`] per agent, in the background.
     pub fn touch(&self, agent: &AgentId) {
         let now = self.now();
-        self.state().last_seen.insert(agent.clone(), now);
+        let write = {
+            let mut st = self.state();
+            st.last_seen.insert(agent.clone(), now);
+            let due = st
+                .presence_written
+                .get(agent)
+                .is_none_or(|at| *at + PRESENCE_EVERY <= now || *at > now);
+            if due {
+                st.presence_written.insert(agent.clone(), now);
+            }
+            due
+        };
+        if write && let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let store = self.inner.store.clone();
+            let agent = agent.to_string();
+            runtime.spawn(async move {
+                if let Err(e) = store.record_presence(&agent, now).await {
+                    tracing::warn!(error = %e, agent, "could not record the agent's presence");
+                }
+            });
+        }
     }
 
     /// Register an agent or update its capabilities and workspace.
@@ -799,6 +825,7 @@ impl Board {
                 .collect();
             (due, hinted)
         };
+        let due = self.still_lost(due, now).await?;
         let mut requeued = Vec::new();
         for (id, reason) in due {
             let result = self
@@ -817,6 +844,46 @@ impl Board {
             self.offer(id);
         }
         Ok(requeued)
+    }
+
+    /// Drop from `due` the agent-lost requeues of agents that called another server
+    /// recently (the shared presence table).
+    async fn still_lost(
+        &self,
+        due: Vec<(TaskId, RequeueReason)>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(TaskId, RequeueReason)>, BoardError> {
+        let holders: HashMap<TaskId, String> = {
+            let st = self.state();
+            due.iter()
+                .filter(|(_, r)| *r == RequeueReason::AgentLost)
+                .filter_map(|(id, _)| {
+                    let agent = st.view.task(id)?.state.assignee()?.to_string();
+                    Some((*id, agent))
+                })
+                .collect()
+        };
+        if holders.is_empty() {
+            return Ok(due);
+        }
+        let agents: Vec<String> = holders
+            .values()
+            .cloned()
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let seen = self.inner.store.presence(&agents).await?;
+        let lost_after = self.inner.config.lost_after;
+        Ok(due
+            .into_iter()
+            .filter(|(id, reason)| {
+                *reason != RequeueReason::AgentLost
+                    || holders
+                        .get(id)
+                        .and_then(|a| seen.get(a))
+                        .is_none_or(|at| *at + lost_after <= now)
+            })
+            .collect())
     }
 
     /// Run [`Board::sweep`] every `every` with the board's clock until `stop`.
@@ -876,7 +943,7 @@ impl Board {
         rows.truncate(limit);
         let next = if more {
             rows.last()
-                .map(|(at, id, _)| format!("{}.{id}", at.timestamp_micros()))
+                .and_then(|(at, id, _)| Some(format!("{}.{id}", at.timestamp_nanos_opt()?)))
         } else {
             None
         };
@@ -927,12 +994,18 @@ impl Board {
             st.view.task(&id).map(|e| (e.state.clone(), e.version))
         };
         for _ in 0..ATTEMPTS {
-            let (mut task, version) = match cached.take() {
-                Some(known) => known,
-                None => self.load_task(id).await?,
+            let (from_cache, (mut task, version)) = match cached.take() {
+                Some(known) => (true, known),
+                None => (false, self.load_task(id).await?),
             };
             let now = self.now();
-            let events = decide(&task, now)?;
+            let events = match decide(&task, now) {
+                Ok(events) => events,
+                // The view may be behind another server's write: refuse only on the
+                // stream as stored.
+                Err(_) if from_cache => continue,
+                Err(e) => return Err(e),
+            };
             if events.is_empty() {
                 return Ok(TaskView::of(&task, version));
             }
@@ -1024,9 +1097,9 @@ fn parse_cursor(cursor: &str) -> Result<(DateTime<Utc>, Uuid), BoardError> {
             "`after` {cursor:?} is not a cursor this server gave"
         ))
     };
-    let (micros, id) = cursor.split_once('.').ok_or_else(bad)?;
-    let micros: i64 = micros.parse().map_err(|_| bad())?;
-    let at = DateTime::from_timestamp_micros(micros).ok_or_else(bad)?;
+    let (nanos, id) = cursor.split_once('.').ok_or_else(bad)?;
+    let nanos: i64 = nanos.parse().map_err(|_| bad())?;
+    let at = DateTime::from_timestamp_nanos(nanos);
     let id = id.parse().map_err(|_| bad())?;
     Ok((at, id))
 }

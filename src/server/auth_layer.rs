@@ -40,6 +40,10 @@ impl AuthState {
         }
     }
 
+    fn knows_path(&self, path: &str) -> bool {
+        self.permissions.iter().any(|(_, p, _)| *p == path)
+    }
+
     fn permission(&self, method: &Method, path: &str) -> Option<Permission> {
         self.permissions
             .iter()
@@ -53,14 +57,24 @@ pub async fn authenticate(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let path = request
+    let matched = request
         .extensions()
         .get::<MatchedPath>()
         .map(|m| m.as_str().to_string());
-    // `/mcp` is a nested service: axum reports the prefix.
-    let path = path.unwrap_or_else(|| request.uri().path().to_string());
+    let path = matched
+        .clone()
+        .unwrap_or_else(|| request.uri().path().to_string());
     let Some(permission) = auth.permission(request.method(), &path) else {
-        // Not a route of the table: let the router answer 404 / 405 without a body leak.
+        if matched.is_some() && !auth.knows_path(&path) {
+            // A route of the router that the table does not list: deny by default.
+            return ApiError::forbidden(format!(
+                "{} {path} has no permission in the route table",
+                request.method()
+            ))
+            .into_response();
+        }
+        // No route at all, or another method of a listed path: the router answers 404
+        // or 405 (no handler runs).
         return next.run(request).await;
     };
     let principal = match &auth.mode {

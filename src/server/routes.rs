@@ -183,13 +183,21 @@ pub fn openapi() -> Value {
 }
 
 fn operation_id(route: &RouteSpec) -> String {
-    let words: Vec<String> = route
-        .path
-        .trim_start_matches("/api/v1")
+    let api = route.path.strip_prefix("/api/v1");
+    let mut words: Vec<String> = api
+        .unwrap_or(route.path)
         .split('/')
-        .filter(|p| !p.is_empty() && !p.starts_with('{'))
-        .map(|p| p.replace(['-', '.'], "_"))
+        .filter(|p| !p.is_empty())
+        .map(
+            |p| match p.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                Some(param) => format!("by_{param}"),
+                None => p.replace(['-', '.'], "_"),
+            },
+        )
         .collect();
+    if api.is_none() {
+        words.insert(0, "root".into());
+    }
     format!(
         "{}_{}",
         route.method.as_str().to_lowercase(),
@@ -223,4 +231,57 @@ fn error_statuses(route: &RouteSpec) -> Vec<(u16, &'static str)> {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn refs(value: &Value, out: &mut BTreeSet<String>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(r)) = map.get("$ref") {
+                    out.insert(r.clone());
+                }
+                map.values().for_each(|v| refs(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn the_document_lists_every_route_and_every_reference_resolves() {
+        let doc = openapi();
+        let routes = routes();
+        for route in &routes {
+            let op = &doc["paths"][route.path][route.method.as_str().to_lowercase()];
+            assert!(op.is_object(), "{} {} is missing", route.method, route.path);
+            assert_eq!(op["summary"], route.summary);
+        }
+        let mut found = BTreeSet::new();
+        refs(&doc, &mut found);
+        assert!(found.len() > 10, "{found:?}");
+        for r in found {
+            let name = r
+                .strip_prefix("#/components/schemas/")
+                .unwrap_or_else(|| panic!("odd ref {r}"));
+            assert!(
+                doc["components"]["schemas"][name].is_object(),
+                "{r} does not resolve"
+            );
+        }
+        let ids: BTreeSet<String> = routes.iter().map(operation_id).collect();
+        assert_eq!(ids.len(), routes.len(), "operation ids are unique");
+    }
+
+    #[test]
+    fn requests_refuse_unknown_fields_in_the_schema_too() {
+        let doc = openapi();
+        let send = &doc["components"]["schemas"]["SendTaskRequest"];
+        assert_eq!(send["additionalProperties"], false);
+        assert_eq!(send["required"], json!(["prompt"]));
+    }
 }

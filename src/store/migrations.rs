@@ -34,6 +34,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "api tokens",
         include_str!("../../migrations/postgres/0005_api_tokens.sql"),
     ),
+    (
+        6,
+        "agent presence",
+        include_str!("../../migrations/postgres/0006_agent_presence.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -61,6 +66,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         5,
         "api tokens",
         include_str!("../../migrations/sqlite/0005_api_tokens.sql"),
+    ),
+    (
+        6,
+        "agent presence",
+        include_str!("../../migrations/sqlite/0006_agent_presence.sql"),
     ),
 ];
 

@@ -16,6 +16,7 @@ mod location;
 mod migrations;
 mod plan;
 mod postgres;
+mod presence;
 pub mod repository;
 mod sqlite;
 mod tail;

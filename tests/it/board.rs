@@ -530,6 +530,25 @@ async fn twenty_agents_and_500_tasks_each_task_assigned_once_to_a_capable_agent(
         );
     }
     assert_eq!(task_events(&t.store, "task.completed").await.len(), 500);
+    // The board pages through all 500, oldest first, each once.
+    let mut seen = Vec::new();
+    let mut path = "/api/v1/tasks?limit=128&status=COMPLETED".to_string();
+    loop {
+        let page = api.ok(&tk.viewer, Method::GET, &path, Value::Null).await;
+        seen.extend(
+            page["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["task_id"].as_str().unwrap().to_string()),
+        );
+        match page["next"].as_str() {
+            Some(next) => path = format!("/api/v1/tasks?limit=128&status=COMPLETED&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 500);
+    assert_eq!(seen.iter().collect::<BTreeSet<_>>().len(), 500);
     server.shutdown().await.unwrap();
 }
 

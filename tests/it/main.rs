@@ -12,6 +12,7 @@
 //! `postgres://postgres@127.0.0.1:5432/postgres`. `scripts/test` provides one.
 
 mod board;
+mod board_cli;
 mod conformance;
 mod examples;
 mod executor;
