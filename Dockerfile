@@ -10,7 +10,8 @@ RUN cargo build --release --locked --bin awl
 FROM debian:bookworm-slim
 RUN useradd --system --create-home --home-dir /var/lib/awl awl
 COPY --from=build /src/target/release/awl /usr/local/bin/awl
+COPY workflows /workflows
 USER awl
 WORKDIR /var/lib/awl
 ENTRYPOINT ["awl"]
-CMD ["worker"]
+CMD ["serve", "--bind", "0.0.0.0:8080", "--workflows", "/workflows"]
