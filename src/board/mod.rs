@@ -116,7 +116,15 @@ struct State {
 struct Waiter {
     id: u64,
     profile: AgentProfile,
-    reply: oneshot::Sender<TaskId>,
+    reply: oneshot::Sender<Offer>,
+}
+
+/// What a waiting agent is woken with.
+enum Offer {
+    /// A queued task it may take: it reserves it itself.
+    Look(TaskId),
+    /// A task already reserved for it, in the same append that queued it.
+    Reserved(TaskView),
 }
 
 /// Who is calling: an agent (acting on its own tasks) or a person / awl.
@@ -391,18 +399,49 @@ impl Board {
             at: self.now(),
         })?;
         let stream = task_stream(task_id);
-        let append = domain_io::append_request(&stream, 0, &events, &Metadata::actor(by.actor()))?;
+        let mut task = Task::default();
+        for e in events.clone() {
+            task.apply(e);
+        }
+        // A waiting agent that may take the task gets it in the same append: one
+        // commit from send to reservation.
+        let waiter = self.take_waiter(&task);
+        let mut new =
+            domain_io::append_request(&stream, 0, &events, &Metadata::actor(by.actor()))?.events;
+        if let Some(w) = &waiter {
+            let reserve = reservation(
+                &task,
+                &w.profile.agent_id,
+                events[0].at(),
+                self.inner.config.ack_timeout,
+            )?;
+            for e in &reserve {
+                task.apply(e.clone());
+            }
+            let actor = Metadata::actor(Caller::Agent(w.profile.agent_id.clone()).actor());
+            for e in &reserve {
+                new.push(domain_io::encode(&stream, e, &actor)?);
+            }
+        }
+        let version = new.len() as i64;
+        let append = crate::log::AppendRequest::new(
+            stream.clone(),
+            crate::log::ExpectedVersion::NoStream,
+            new,
+        );
         match self.inner.store.append(append).await {
             Ok(_) => {
-                let mut task = Task::default();
-                for e in events {
-                    task.apply(e);
+                let view = TaskView::of(&task, version);
+                self.observe(task_id, task, version);
+                if let Some(w) = waiter {
+                    // A waiter that left meanwhile leaves the task PENDING_ACK: the ack
+                    // timeout gives it back to the queue.
+                    let _ = w.reply.send(Offer::Reserved(view.clone()));
                 }
-                let view = TaskView::of(&task, 1);
-                self.observe(task_id, task, 1);
                 Ok((view, true))
             }
             Err(StoreError::Conflict { .. }) if idempotency_key.is_some() => {
+                self.return_waiter(waiter);
                 let (task, version) = self.load_task(task_id).await?;
                 let same = task.prompt() == request.prompt
                     && *task.required_capabilities() == capabilities
@@ -415,7 +454,36 @@ impl Board {
                 }
                 Ok((TaskView::of(&task, version), false))
             }
-            Err(e) => Err(e.into()),
+            Err(e) => {
+                self.return_waiter(waiter);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The best waiting agent for a new task, taken out of the waiters.
+    fn take_waiter(&self, task: &Task) -> Option<Waiter> {
+        let id = task.id()?;
+        let queued = view::queued_task(id, task);
+        let now = self.now();
+        let mut st = self.state();
+        st.waiters.retain(|w| !w.reply.is_closed());
+        let profiles: Vec<&AgentProfile> = st.waiters.iter().map(|w| &w.profile).collect();
+        let i = best_agent_for(&queued, &profiles, now, self.inner.config.hint_grace)?;
+        Some(st.waiters.remove(i))
+    }
+
+    /// Put a waiter back in its place in line (the append that would have given it a
+    /// task failed).
+    fn return_waiter(&self, waiter: Option<Waiter>) {
+        if let Some(w) = waiter {
+            let mut st = self.state();
+            let at = st
+                .waiters
+                .iter()
+                .position(|o| o.id > w.id)
+                .unwrap_or(st.waiters.len());
+            st.waiters.insert(at, w);
         }
     }
 
@@ -464,12 +532,12 @@ impl Board {
                     (None, Some(rx), id)
                 }
             };
-            let task = match (found, rx.as_mut()) {
-                (Some(task), _) => task,
+            let offer = match (found, rx.as_mut()) {
+                (Some(task), _) => Offer::Look(task),
                 (None, Some(rx)) => {
                     tokio::select! {
                         got = &mut *rx => match got {
-                            Ok(task) => task,
+                            Ok(offer) => offer,
                             Err(_) => return Ok(None),
                         },
                         _ = tokio::time::sleep_until(deadline) => {
@@ -478,20 +546,26 @@ impl Board {
                             }
                             // Offered a task just as the time ran out: take it.
                             match rx.await {
-                                Ok(task) => task,
+                                Ok(offer) => offer,
                                 Err(_) => return Ok(None),
                             }
                         }
                         _ = closed.changed() => {
                             self.forget_waiter(waiter);
-                            if let Ok(task) = rx.try_recv() {
-                                self.unreserve(task);
+                            match rx.try_recv() {
+                                Ok(Offer::Look(task)) => self.unreserve(task),
+                                Ok(Offer::Reserved(view)) => return Ok(Some(view)),
+                                Err(_) => {}
                             }
                             return Ok(None);
                         }
                     }
                 }
                 (None, None) => return Ok(None),
+            };
+            let task = match offer {
+                Offer::Reserved(view) => return Ok(Some(view)),
+                Offer::Look(task) => task,
             };
             if let Some(view) = self.reserve(task, agent).await? {
                 return Ok(Some(view));
@@ -516,20 +590,7 @@ impl Board {
         let ack_timeout = self.inner.config.ack_timeout;
         let result = self
             .act(task, &Caller::Agent(agent.clone()), |t, now| {
-                let mut scratch = t.clone();
-                let assign = scratch.decide(TaskCommand::Assign {
-                    agent: agent.clone(),
-                    at: now,
-                })?;
-                for e in assign.clone() {
-                    scratch.apply(e);
-                }
-                let deliver = scratch.decide(TaskCommand::Deliver {
-                    agent: agent.clone(),
-                    ack_deadline: now + ack_timeout,
-                    at: now,
-                })?;
-                Ok(assign.into_iter().chain(deliver).collect())
+                reservation(t, agent, now, ack_timeout)
             })
             .await;
         self.unreserve(task);
@@ -565,7 +626,7 @@ impl Board {
                 return;
             };
             let waiter = st.waiters.remove(i);
-            if waiter.reply.send(task).is_ok() {
+            if waiter.reply.send(Offer::Look(task)).is_ok() {
                 st.reserving.insert(task);
                 return;
             }
@@ -1078,6 +1139,30 @@ impl Board {
         self.state().view.put_agent(id.clone(), agent, version);
         Ok(())
     }
+}
+
+/// The events that reserve a queued task for `agent`: ASSIGNED, then PENDING_ACK with
+/// its ack deadline.
+fn reservation(
+    task: &Task,
+    agent: &AgentId,
+    now: DateTime<Utc>,
+    ack_timeout: Duration,
+) -> Result<Vec<TaskEvent>, BoardError> {
+    let mut scratch = task.clone();
+    let assign = scratch.decide(TaskCommand::Assign {
+        agent: agent.clone(),
+        at: now,
+    })?;
+    for e in assign.clone() {
+        scratch.apply(e);
+    }
+    let deliver = scratch.decide(TaskCommand::Deliver {
+        agent: agent.clone(),
+        ack_deadline: now + ack_timeout,
+        at: now,
+    })?;
+    Ok(assign.into_iter().chain(deliver).collect())
 }
 
 fn task_stream(id: TaskId) -> StreamRef {

@@ -180,7 +180,7 @@ impl BoardView {
     }
 }
 
-fn queued_task(id: TaskId, task: &Task) -> QueuedTask {
+pub(super) fn queued_task(id: TaskId, task: &Task) -> QueuedTask {
     QueuedTask {
         task_id: id,
         required: task.required_capabilities().clone(),

@@ -18,6 +18,7 @@ mod plan;
 mod postgres;
 mod presence;
 pub mod repository;
+pub mod rows;
 mod sqlite;
 mod tail;
 mod tokens;

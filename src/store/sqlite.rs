@@ -69,6 +69,10 @@ impl SqliteBackend {
         &self.writer
     }
 
+    pub(crate) fn reader(&self) -> &SqlitePool {
+        &self.reader
+    }
+
     pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
         migrations::sqlite()
             .run(&self.writer)
