@@ -25,6 +25,7 @@ pub mod engine;
 pub mod executor;
 pub mod expr;
 pub mod log;
+pub mod projections;
 pub mod runners;
 pub mod server;
 pub mod store;

@@ -124,7 +124,7 @@ enum Offer {
     /// A queued task it may take: it reserves it itself.
     Look(TaskId),
     /// A task already reserved for it, in the same append that queued it.
-    Reserved(TaskView),
+    Reserved(Box<TaskView>),
 }
 
 /// Who is calling: an agent (acting on its own tasks) or a person / awl.
@@ -436,7 +436,7 @@ impl Board {
                 if let Some(w) = waiter {
                     // A waiter that left meanwhile leaves the task PENDING_ACK: the ack
                     // timeout gives it back to the queue.
-                    let _ = w.reply.send(Offer::Reserved(view.clone()));
+                    let _ = w.reply.send(Offer::Reserved(Box::new(view.clone())));
                 }
                 Ok((view, true))
             }
@@ -554,7 +554,7 @@ impl Board {
                             self.forget_waiter(waiter);
                             match rx.try_recv() {
                                 Ok(Offer::Look(task)) => self.unreserve(task),
-                                Ok(Offer::Reserved(view)) => return Ok(Some(view)),
+                                Ok(Offer::Reserved(view)) => return Ok(Some(*view)),
                                 Err(_) => {}
                             }
                             return Ok(None);
@@ -564,7 +564,7 @@ impl Board {
                 (None, None) => return Ok(None),
             };
             let task = match offer {
-                Offer::Reserved(view) => return Ok(Some(view)),
+                Offer::Reserved(view) => return Ok(Some(*view)),
                 Offer::Look(task) => task,
             };
             if let Some(view) = self.reserve(task, agent).await? {

@@ -39,6 +39,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "agent presence",
         include_str!("../../migrations/postgres/0006_agent_presence.sql"),
     ),
+    (
+        7,
+        "projection state",
+        include_str!("../../migrations/postgres/0007_projection_state.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -71,6 +76,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         6,
         "agent presence",
         include_str!("../../migrations/sqlite/0006_agent_presence.sql"),
+    ),
+    (
+        7,
+        "projection state",
+        include_str!("../../migrations/sqlite/0007_projection_state.sql"),
     ),
 ];
 

@@ -16,5 +16,6 @@ mod board_cli;
 mod conformance;
 mod examples;
 mod executor;
+mod projections;
 mod runners;
 mod support;

@@ -1,0 +1,56 @@
+CREATE TABLE {runs} (
+    run_id          TEXT PRIMARY KEY,
+    workflow        TEXT NOT NULL,
+    workflow_version TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    current_step    TEXT,
+    parent_run_id   TEXT,
+    started_at      BIGINT,
+    finished_at     BIGINT,
+    duration_ms     BIGINT,
+    cost_usd        DOUBLE PRECISION NOT NULL,
+    tokens          BIGINT NOT NULL,
+    error           TEXT,
+    error_class     TEXT,
+    updated_at      BIGINT,
+    state           TEXT NOT NULL,
+    version         BIGINT NOT NULL
+);
+CREATE INDEX {runs}_started ON {runs} (started_at);
+CREATE INDEX {runs}_workflow ON {runs} (workflow, started_at);
+CREATE INDEX {runs}_status ON {runs} (status, started_at);
+CREATE TABLE {run_steps} (
+    run_id          TEXT NOT NULL,
+    step_id         TEXT NOT NULL,
+    attempt         BIGINT NOT NULL,
+    workflow        TEXT NOT NULL,
+    scheduled_at    BIGINT,
+    started_at      BIGINT,
+    ended_at        BIGINT,
+    duration_ms     BIGINT,
+    outcome         TEXT,
+    error_class     TEXT,
+    error           TEXT,
+    recovery        TEXT,
+    backoff_ms      BIGINT,
+    cost_usd        DOUBLE PRECISION,
+    output_summary  TEXT,
+    PRIMARY KEY (run_id, step_id, attempt)
+);
+CREATE INDEX {run_steps}_workflow ON {run_steps} (workflow, step_id);
+CREATE TABLE {run_gates} (
+    gate_id         TEXT PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    step_id         TEXT NOT NULL,
+    workflow        TEXT NOT NULL,
+    message         TEXT NOT NULL,
+    approvers       TEXT NOT NULL,
+    opened_at       BIGINT NOT NULL,
+    expires_at      BIGINT,
+    decision        TEXT,
+    decided_by      TEXT,
+    decided_at      BIGINT,
+    comment         TEXT
+);
+CREATE INDEX {run_gates}_open ON {run_gates} (decision, opened_at);
+CREATE INDEX {run_gates}_run ON {run_gates} (run_id)

@@ -1,0 +1,152 @@
+//! Projections: read models folded from the log, each a set of tables plus a
+//! checkpoint, rebuildable from position 0 at any time with the same result.
+//!
+//! A [`Projection`] names its tables (their DDL is in `projections/NAME.sql`), the
+//! streams it reads, and how a batch of events changes its rows. The [`runner`] does
+//! the rest: it applies batches in transactions that also move the checkpoint (so an
+//! event is applied once, and a crash between batches loses nothing), follows the log
+//! live, and rebuilds a projection beside the live one before swapping it in.
+//!
+//! The aggregate-shaped projections (board, runs, agents) keep each stream's folded
+//! domain state in their row and fold new events with the domain's own `apply`, so a
+//! view can never disagree with the rules: the status of a run on the dashboard is the
+//! status the executor sees. Events at or below a row's stream version are skipped,
+//! so applying an event twice changes nothing.
+
+mod agents;
+mod audit;
+mod board;
+mod fold;
+pub mod runner;
+mod runs;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::log::{RecordedEvent, StreamType};
+use crate::store::rows::Param;
+use crate::store::{StoreError, StoreTx};
+
+pub use runner::{ProjectionStatus, Projections};
+
+/// What can go wrong while projecting.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectionError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("projection {projection}: {reason}")]
+    Corrupt {
+        projection: &'static str,
+        reason: String,
+    },
+    #[error("no projection named {0:?} (known: {1})")]
+    Unknown(String, String),
+}
+
+/// One read model.
+#[async_trait]
+pub trait Projection: Send + Sync {
+    /// Its name (the key of its checkpoint).
+    fn name(&self) -> &'static str;
+    /// Bumped whenever its tables or handler change: a new version is rebuilt at start.
+    fn version(&self) -> i32;
+    /// The DDL of its tables, with `{table}` placeholders.
+    fn ddl(&self) -> &'static str;
+    /// The base names of its tables (each is also a view of the current generation).
+    fn tables(&self) -> &'static [&'static str];
+    /// The stream types it reads (empty: every event).
+    fn stream_types(&self) -> Vec<StreamType>;
+    /// Apply a batch of events, in log order.
+    async fn apply(
+        &self,
+        w: &mut Writer<'_>,
+        events: &[RecordedEvent],
+    ) -> Result<(), ProjectionError>;
+}
+
+/// Every projection awl keeps.
+pub fn all() -> Vec<Arc<dyn Projection>> {
+    vec![
+        Arc::new(board::Board),
+        Arc::new(runs::Runs),
+        Arc::new(agents::Agents),
+        Arc::new(audit::Audit),
+    ]
+}
+
+/// Writes of one batch: the transaction and the generation of the tables written.
+pub struct Writer<'a> {
+    pub(crate) tx: &'a mut StoreTx,
+    pub(crate) tables: &'static [&'static str],
+    pub(crate) generation: i64,
+}
+
+impl Writer<'_> {
+    /// `sql` with each `{table}` replaced by the table of this generation.
+    pub fn sql(&self, sql: &str) -> String {
+        name_tables(sql, self.tables, self.generation)
+    }
+
+    pub async fn execute(&mut self, sql: &str, params: &[Param]) -> Result<u64, ProjectionError> {
+        let sql = self.sql(sql);
+        Ok(self.tx.execute(&sql, params).await?)
+    }
+
+    pub async fn query(
+        &mut self,
+        sql: &str,
+        params: &[Param],
+    ) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, ProjectionError> {
+        let sql = self.sql(sql);
+        Ok(self.tx.query_rows(&sql, params).await?)
+    }
+
+    /// Insert `rows` into `table` (a `{table}` name), replacing the row with the same
+    /// `key` columns: multi-row statements of at most 500 rows.
+    pub async fn upsert(
+        &mut self,
+        table: &str,
+        columns: &[&str],
+        key: &[&str],
+        rows: Vec<Vec<Param>>,
+    ) -> Result<(), ProjectionError> {
+        let per_statement = (60_000 / columns.len().max(1)).clamp(1, 500);
+        let updates: Vec<String> = columns
+            .iter()
+            .filter(|c| !key.contains(c))
+            .map(|c| format!("{c} = excluded.{c}"))
+            .collect();
+        let conflict = if updates.is_empty() {
+            "DO NOTHING".to_string()
+        } else {
+            format!("DO UPDATE SET {}", updates.join(", "))
+        };
+        let one = format!("({})", vec!["?"; columns.len()].join(", "));
+        for chunk in rows.chunks(per_statement) {
+            let sql = format!(
+                "INSERT INTO {table} ({}) VALUES {} ON CONFLICT ({}) {conflict}",
+                columns.join(", "),
+                vec![one.as_str(); chunk.len()].join(", "),
+                key.join(", "),
+            );
+            let params: Vec<Param> = chunk.iter().flatten().cloned().collect();
+            self.execute(&sql, &params).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Replace each `{table}` of `tables` in `sql` by `table_gN`.
+pub(crate) fn name_tables(sql: &str, tables: &[&str], generation: i64) -> String {
+    let mut out = sql.to_string();
+    for t in tables {
+        out = out.replace(&format!("{{{t}}}"), &format!("{t}_g{generation}"));
+    }
+    out
+}
+
+/// Microseconds since the epoch, the projections' time format.
+pub(crate) fn micros(at: chrono::DateTime<chrono::Utc>) -> i64 {
+    at.timestamp_micros()
+}

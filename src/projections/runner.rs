@@ -1,0 +1,420 @@
+//! Running projections: create their tables, apply the log in checkpointed batches,
+//! follow it live, and rebuild one beside the live tables before swapping it in.
+//!
+//! Each batch is one transaction that locks the projection's `projection_state` row,
+//! applies the events after its checkpoint and moves the checkpoint: several `awl
+//! serve` processes can run the same projections, and each event is applied once. A
+//! rebuild fills generation N+1 from position 0 without the lock, then, holding it,
+//! applies the last events, points the views at N+1 and drops N, all in one commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::log::EventFilter;
+use crate::store::rows::Param;
+use crate::store::{EventStore, StoreTx};
+
+use super::{Projection, ProjectionError, Writer, all, name_tables};
+
+/// Events applied per transaction.
+pub const BATCH: i64 = 1_000;
+
+/// The state of one projection, for `awl projections status` and the API.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ProjectionStatus {
+    pub name: String,
+    /// The version its tables were built with.
+    pub version: i64,
+    /// The version of its code (a difference means a rebuild is due).
+    pub code_version: i64,
+    pub generation: i64,
+    /// The last log position applied.
+    pub position: i64,
+    /// The log's head.
+    pub head: i64,
+    /// Events behind the head.
+    pub lag: i64,
+}
+
+/// The projections of one store.
+#[derive(Clone)]
+pub struct Projections {
+    store: EventStore,
+    list: Vec<Arc<dyn Projection>>,
+}
+
+struct State {
+    version: i64,
+    generation: i64,
+    position: i64,
+}
+
+impl Projections {
+    pub fn new(store: EventStore) -> Self {
+        Self::with(store, all())
+    }
+
+    pub fn with(store: EventStore, list: Vec<Arc<dyn Projection>>) -> Self {
+        Self { store, list }
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.list.iter().map(|p| p.name()).collect()
+    }
+
+    fn find(&self, name: &str) -> Result<Arc<dyn Projection>, ProjectionError> {
+        self.list
+            .iter()
+            .find(|p| p.name() == name)
+            .cloned()
+            .ok_or_else(|| ProjectionError::Unknown(name.to_string(), self.names().join(", ")))
+    }
+
+    /// Create the tables of projections that have none; returns the names of those
+    /// whose code version differs from their tables' (to rebuild).
+    pub async fn prepare(&self) -> Result<Vec<&'static str>, ProjectionError> {
+        let mut outdated = Vec::new();
+        for p in &self.list {
+            let mut tx = self.store.begin().await?;
+            lock_all(&mut tx, self.store.backend_name()).await?;
+            match read_state(&mut tx, p.name(), false, self.store.backend_name()).await? {
+                Some(state) => {
+                    tx.rollback().await?;
+                    if state.version != i64::from(p.version()) {
+                        outdated.push(p.name());
+                    }
+                }
+                None => {
+                    create_generation(&mut tx, p.as_ref(), 1).await?;
+                    point_views(&mut tx, p.as_ref(), 1).await?;
+                    tx.execute(
+                        "INSERT INTO projection_state (name, version, generation, position) VALUES (?, ?, 1, 0)",
+                        &[Param::from(p.name()), Param::from(i64::from(p.version()))],
+                    )
+                    .await?;
+                    tx.commit().await?;
+                }
+            }
+        }
+        Ok(outdated)
+    }
+
+    /// Apply one batch to `name`; the number of log positions it moved past (0 when
+    /// it was caught up).
+    pub async fn step(&self, p: &dyn Projection) -> Result<i64, ProjectionError> {
+        let mut tx = self.store.begin().await?;
+        let Some(state) = read_state(&mut tx, p.name(), true, self.store.backend_name()).await?
+        else {
+            tx.rollback().await?;
+            return Err(ProjectionError::Unknown(
+                p.name().to_string(),
+                "run prepare first".into(),
+            ));
+        };
+        let filter = filter_of(p);
+        let (events, scanned) = self.store.read_page(state.position, BATCH, &filter).await?;
+        if scanned <= state.position {
+            tx.rollback().await?;
+            return Ok(0);
+        }
+        if !events.is_empty() {
+            let mut w = Writer {
+                tx: &mut tx,
+                tables: p.tables(),
+                generation: state.generation,
+            };
+            p.apply(&mut w, &events).await?;
+        }
+        tx.execute(
+            "UPDATE projection_state SET position = ? WHERE name = ?",
+            &[Param::from(scanned), Param::from(p.name())],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(scanned - state.position)
+    }
+
+    /// Apply batches until the projection has caught up with the head it saw.
+    pub async fn catch_up(&self, name: &str) -> Result<(), ProjectionError> {
+        let p = self.find(name)?;
+        while self.step(p.as_ref()).await? > 0 {}
+        Ok(())
+    }
+
+    /// Catch every projection up.
+    pub async fn catch_up_all(&self) -> Result<(), ProjectionError> {
+        for p in &self.list {
+            while self.step(p.as_ref()).await? > 0 {}
+        }
+        Ok(())
+    }
+
+    /// Prepare, rebuild what is outdated (in the background), then follow the log
+    /// until `stop`.
+    pub async fn run(&self, mut stop: watch::Receiver<bool>) -> Result<(), ProjectionError> {
+        let outdated = self.prepare().await?;
+        for name in outdated {
+            let me = self.clone();
+            tokio::spawn(async move {
+                tracing::info!(projection = name, "rebuilding: its version changed");
+                if let Err(e) = me.rebuild(name, &|_, _| {}).await {
+                    tracing::error!(projection = name, error = %e, "rebuild failed");
+                }
+            });
+        }
+        let mut wake = self.store.subscribe();
+        loop {
+            wake.borrow_and_update();
+            if let Err(e) = self.catch_up_all().await {
+                tracing::error!(error = %e, "a projection failed; retrying in 1 s");
+            }
+            tokio::select! {
+                _ = stop.changed() => return Ok(()),
+                _ = wake.changed() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    /// Rebuild `name` from position 0 beside the live tables, then swap it in.
+    /// `progress(position, head)` is called after each batch.
+    pub async fn rebuild(
+        &self,
+        name: &str,
+        progress: &(dyn Fn(i64, i64) + Sync),
+    ) -> Result<(), ProjectionError> {
+        let p = self.find(name)?;
+        self.prepare().await?;
+        let backend = self.store.backend_name();
+        let next = {
+            let mut tx = self.store.begin().await?;
+            let state = read_state(&mut tx, p.name(), true, backend)
+                .await?
+                .ok_or_else(|| {
+                    ProjectionError::Unknown(p.name().to_string(), "it has no state".into())
+                })?;
+            let next = state.generation + 1;
+            drop_generation(&mut tx, p.as_ref(), next).await?;
+            create_generation(&mut tx, p.as_ref(), next).await?;
+            tx.commit().await?;
+            next
+        };
+        let filter = filter_of(p.as_ref());
+        let mut position = 0;
+        // Most of the log, without holding the projection's lock.
+        loop {
+            let head = self.store.head().await?;
+            if head - position <= BATCH {
+                break;
+            }
+            position = self.apply_page(p.as_ref(), next, position, &filter).await?;
+            progress(position, head);
+        }
+        // The rest, and the swap, under the lock.
+        let mut tx = self.store.begin().await?;
+        let state = read_state(&mut tx, p.name(), true, backend)
+            .await?
+            .ok_or_else(|| {
+                ProjectionError::Unknown(p.name().to_string(), "it has no state".into())
+            })?;
+        loop {
+            let (events, scanned) = self.store.read_page(position, BATCH, &filter).await?;
+            if scanned <= position {
+                break;
+            }
+            if !events.is_empty() {
+                let mut w = Writer {
+                    tx: &mut tx,
+                    tables: p.tables(),
+                    generation: next,
+                };
+                p.apply(&mut w, &events).await?;
+            }
+            position = scanned;
+        }
+        point_views(&mut tx, p.as_ref(), next).await?;
+        drop_generation(&mut tx, p.as_ref(), state.generation).await?;
+        tx.execute(
+            "UPDATE projection_state SET version = ?, generation = ?, position = ? WHERE name = ?",
+            &[
+                Param::from(i64::from(p.version())),
+                Param::from(next),
+                Param::from(position),
+                Param::from(p.name()),
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        progress(position, position);
+        Ok(())
+    }
+
+    /// One page applied to generation `generation` in its own transaction.
+    async fn apply_page(
+        &self,
+        p: &dyn Projection,
+        generation: i64,
+        after: i64,
+        filter: &EventFilter,
+    ) -> Result<i64, ProjectionError> {
+        let (events, scanned) = self.store.read_page(after, BATCH, filter).await?;
+        if !events.is_empty() {
+            let mut tx = self.store.begin().await?;
+            let mut w = Writer {
+                tx: &mut tx,
+                tables: p.tables(),
+                generation,
+            };
+            p.apply(&mut w, &events).await?;
+            tx.commit().await?;
+        }
+        Ok(scanned.max(after))
+    }
+
+    /// Apply `events` to `name`'s live tables again, without moving its checkpoint:
+    /// applying an event twice must change nothing (the tests check it).
+    pub async fn apply_again(
+        &self,
+        name: &str,
+        events: &[crate::log::RecordedEvent],
+    ) -> Result<(), ProjectionError> {
+        let p = self.find(name)?;
+        let mut tx = self.store.begin().await?;
+        let state = read_state(&mut tx, p.name(), true, self.store.backend_name())
+            .await?
+            .ok_or_else(|| {
+                ProjectionError::Unknown(p.name().to_string(), "it has no state".into())
+            })?;
+        for chunk in events.chunks(BATCH as usize) {
+            let mut w = Writer {
+                tx: &mut tx,
+                tables: p.tables(),
+                generation: state.generation,
+            };
+            p.apply(&mut w, chunk).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Where each projection is.
+    pub async fn status(&self) -> Result<Vec<ProjectionStatus>, ProjectionError> {
+        let head = self.store.head().await?;
+        let rows = self
+            .store
+            .query_rows(
+                "SELECT name, version, generation, position FROM projection_state",
+                &[],
+            )
+            .await?;
+        let mut out = Vec::new();
+        for p in &self.list {
+            let row = rows
+                .iter()
+                .find(|r| r.get("name").and_then(|v| v.as_str()) == Some(p.name()));
+            let get = |k: &str| {
+                row.and_then(|r| r.get(k))
+                    .and_then(|v| v.as_i64())
+                    .unwrap_or(0)
+            };
+            out.push(ProjectionStatus {
+                name: p.name().to_string(),
+                version: get("version"),
+                code_version: i64::from(p.version()),
+                generation: get("generation"),
+                position: get("position"),
+                head,
+                lag: (head - get("position")).max(0),
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn filter_of(p: &dyn Projection) -> EventFilter {
+    EventFilter {
+        stream_types: p.stream_types(),
+        ..EventFilter::default()
+    }
+}
+
+/// Serialise projection set-up between processes (tables are created once).
+async fn lock_all(tx: &mut StoreTx, backend: &str) -> Result<(), ProjectionError> {
+    if backend == "postgres" {
+        // SQLite transactions here are BEGIN IMMEDIATE: already one writer at a time.
+        tx.query_rows(
+            "SELECT pg_advisory_xact_lock(7042871503) IS NULL AS locked",
+            &[],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+async fn read_state(
+    tx: &mut StoreTx,
+    name: &str,
+    for_update: bool,
+    backend: &str,
+) -> Result<Option<State>, ProjectionError> {
+    let lock = if for_update && backend == "postgres" {
+        " FOR UPDATE"
+    } else {
+        ""
+    };
+    let sql =
+        format!("SELECT version, generation, position FROM projection_state WHERE name = ?{lock}");
+    let rows = tx.query_rows(&sql, &[Param::from(name)]).await?;
+    Ok(rows.first().map(|r| {
+        let get = |k: &str| r.get(k).and_then(|v| v.as_i64()).unwrap_or(0);
+        State {
+            version: get("version"),
+            generation: get("generation"),
+            position: get("position"),
+        }
+    }))
+}
+
+async fn create_generation(
+    tx: &mut StoreTx,
+    p: &dyn Projection,
+    generation: i64,
+) -> Result<(), ProjectionError> {
+    let ddl = name_tables(p.ddl(), p.tables(), generation)
+        .replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ")
+        .replace("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ");
+    tx.execute_batch(&ddl).await?;
+    Ok(())
+}
+
+async fn drop_generation(
+    tx: &mut StoreTx,
+    p: &dyn Projection,
+    generation: i64,
+) -> Result<(), ProjectionError> {
+    for t in p.tables() {
+        tx.execute(&format!("DROP TABLE IF EXISTS {t}_g{generation}"), &[])
+            .await?;
+    }
+    Ok(())
+}
+
+async fn point_views(
+    tx: &mut StoreTx,
+    p: &dyn Projection,
+    generation: i64,
+) -> Result<(), ProjectionError> {
+    for t in p.tables() {
+        tx.execute(&format!("DROP VIEW IF EXISTS {t}"), &[]).await?;
+        tx.execute(
+            &format!("CREATE VIEW {t} AS SELECT * FROM {t}_g{generation}"),
+            &[],
+        )
+        .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! Runs, their timelines and their gates: one row per run, one per step attempt, one
+//! per gate (the approval inbox is the gates without a decision).
+
+use async_trait::async_trait;
+
+use crate::domain::run::{AttemptOutcome, GateDecision, Run, RunOutcome};
+use crate::log::{RecordedEvent, StreamType};
+use crate::store::rows::Param;
+
+use super::fold::{fold, state_json};
+use super::{Projection, ProjectionError, Writer, micros};
+
+pub struct Runs;
+
+const RUN_COLUMNS: &[&str] = &[
+    "run_id",
+    "workflow",
+    "workflow_version",
+    "status",
+    "current_step",
+    "parent_run_id",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "cost_usd",
+    "tokens",
+    "error",
+    "error_class",
+    "updated_at",
+    "state",
+    "version",
+];
+const STEP_COLUMNS: &[&str] = &[
+    "run_id",
+    "step_id",
+    "attempt",
+    "workflow",
+    "scheduled_at",
+    "started_at",
+    "ended_at",
+    "duration_ms",
+    "outcome",
+    "error_class",
+    "error",
+    "recovery",
+    "backoff_ms",
+    "cost_usd",
+    "output_summary",
+];
+const GATE_COLUMNS: &[&str] = &[
+    "gate_id",
+    "run_id",
+    "step_id",
+    "workflow",
+    "message",
+    "approvers",
+    "opened_at",
+    "expires_at",
+    "decision",
+    "decided_by",
+    "decided_at",
+    "comment",
+];
+
+/// The longest output kept in a timeline row.
+const SUMMARY_CHARS: usize = 200;
+
+#[async_trait]
+impl Projection for Runs {
+    fn name(&self) -> &'static str {
+        "runs"
+    }
+    fn version(&self) -> i32 {
+        1
+    }
+    fn ddl(&self) -> &'static str {
+        include_str!("../../projections/runs.sql")
+    }
+    fn tables(&self) -> &'static [&'static str] {
+        &["runs", "run_steps", "run_gates"]
+    }
+    fn stream_types(&self) -> Vec<StreamType> {
+        vec![StreamType::Run]
+    }
+
+    async fn apply(
+        &self,
+        w: &mut Writer<'_>,
+        events: &[RecordedEvent],
+    ) -> Result<(), ProjectionError> {
+        let folded = fold::<Run>(w, "runs", "{runs}", "run_id", StreamType::Run, events).await?;
+        let (mut runs, mut steps, mut gates) = (Vec::new(), Vec::new(), Vec::new());
+        for f in &folded {
+            runs.push(run_row(&f.id, &f.state, f.version)?);
+            let workflow = f
+                .state
+                .workflow()
+                .map(|w| w.to_string())
+                .unwrap_or_default();
+            for step_id in f.state.steps().keys() {
+                for a in f.state.attempts(step_id) {
+                    let output = (a.outcome == Some(AttemptOutcome::Succeeded))
+                        .then(|| f.state.succeeded_output(step_id))
+                        .flatten()
+                        .map(|o| summary(&o.to_string()));
+                    steps.push(vec![
+                        Param::from(f.id.clone()),
+                        Param::from(step_id.to_string()),
+                        Param::from(i64::from(a.attempt)),
+                        Param::from(workflow.clone()),
+                        Param::from(micros(a.scheduled_at)),
+                        Param::from(a.started_at.map(micros)),
+                        Param::from(a.ended_at.map(micros)),
+                        Param::from(
+                            a.started_at
+                                .zip(a.ended_at)
+                                .map(|(s, e)| (e - s).num_milliseconds()),
+                        ),
+                        Param::from(a.outcome.map(|o| format!("{o:?}").to_uppercase())),
+                        Param::from(a.error.as_ref().map(|e| e.class.as_str().to_string())),
+                        Param::from(a.error.as_ref().map(|e| e.message.clone())),
+                        Param::from(a.recovery.as_ref().map(ToString::to_string)),
+                        Param::from(a.backoff_ms.map(|b| b as i64)),
+                        Param::from(a.cost_usd),
+                        Param::from(output),
+                    ]);
+                }
+            }
+            for g in f.state.gates() {
+                let (decision, by, at, comment) = match &g.decision {
+                    None => (None, None, None, None),
+                    Some(GateDecision::Approved { by, comment, at }) => (
+                        Some("APPROVED"),
+                        Some(by.clone()),
+                        Some(micros(*at)),
+                        comment.clone(),
+                    ),
+                    Some(GateDecision::Rejected { by, comment, at }) => (
+                        Some("REJECTED"),
+                        Some(by.clone()),
+                        Some(micros(*at)),
+                        Some(comment.clone()),
+                    ),
+                    Some(GateDecision::Expired { at, .. }) => {
+                        (Some("EXPIRED"), None, Some(micros(*at)), None)
+                    }
+                };
+                gates.push(vec![
+                    Param::from(g.gate_id.to_string()),
+                    Param::from(f.id.clone()),
+                    Param::from(g.step_id.to_string()),
+                    Param::from(workflow.clone()),
+                    Param::from(g.message.clone()),
+                    Param::from(serde_json::to_string(&g.approvers).unwrap_or_default()),
+                    Param::from(micros(g.opened_at)),
+                    Param::from(g.expires_at.map(micros)),
+                    Param::from(decision),
+                    Param::from(by),
+                    Param::from(at),
+                    Param::from(comment),
+                ]);
+            }
+        }
+        w.upsert("{runs}", RUN_COLUMNS, &["run_id"], runs).await?;
+        w.upsert(
+            "{run_steps}",
+            STEP_COLUMNS,
+            &["run_id", "step_id", "attempt"],
+            steps,
+        )
+        .await?;
+        w.upsert("{run_gates}", GATE_COLUMNS, &["gate_id"], gates)
+            .await
+    }
+}
+
+fn run_row(id: &str, run: &Run, version: i64) -> Result<Vec<Param>, ProjectionError> {
+    let (finished, error, class) = match run.outcome() {
+        Some(RunOutcome::Succeeded { at, .. }) => (Some(*at), None, None),
+        Some(RunOutcome::Failed {
+            reason,
+            error_class,
+            at,
+        }) => (
+            Some(*at),
+            Some(reason.clone()),
+            error_class.map(|c| c.as_str().to_string()),
+        ),
+        Some(RunOutcome::Cancelled { by, reason, at }) => (
+            Some(*at),
+            Some(format!("cancelled by {by}: {reason}")),
+            None,
+        ),
+        None => (None, None, None),
+    };
+    let current = run
+        .running_steps()
+        .next()
+        .or_else(|| run.scheduled_steps().next())
+        .map(|(id, _)| id.to_string())
+        .or_else(|| run.open_gates().next().map(|g| g.step_id.to_string()));
+    let duration = run
+        .started_at()
+        .zip(finished)
+        .map(|(s, e)| (e - s).num_milliseconds());
+    Ok(vec![
+        Param::from(id),
+        Param::from(run.workflow().map(|w| w.to_string()).unwrap_or_default()),
+        Param::from(run.workflow_version()),
+        Param::from(run.status().map(|s| s.as_str()).unwrap_or("NONE")),
+        Param::from(current),
+        Param::from(run.parent().map(|p| p.run_id.to_string())),
+        Param::from(run.started_at().map(micros)),
+        Param::from(finished.map(micros)),
+        Param::from(duration),
+        Param::from(run.total_cost_usd()),
+        Param::from(i64::try_from(run.total_tokens()).unwrap_or(i64::MAX)),
+        Param::from(error),
+        Param::from(class),
+        Param::from(run.updated_at().map(micros)),
+        Param::from(state_json("runs", run)?),
+        Param::from(version),
+    ])
+}
+
+fn summary(text: &str) -> String {
+    if text.chars().count() <= SUMMARY_CHARS {
+        text.to_string()
+    } else {
+        let cut: String = text.chars().take(SUMMARY_CHARS - 1).collect();
+        format!("{cut}…")
+    }
+}

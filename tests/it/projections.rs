@@ -1,0 +1,396 @@
+//! Projections on both stores: after a random workload (runs that pass, fail and wait
+//! at gates approved or rejected; tasks that complete, fail, are cancelled or sent
+//! back), every projection rebuilt from position 0 equals the one maintained live, row
+//! for row; an event applied twice changes nothing; lag returns to zero after a burst.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use awl::board::wire::SendTaskRequest;
+use awl::board::{Board, BoardConfig, Caller};
+use awl::domain::ids::{AgentId, RunId};
+use awl::domain::run::Run;
+use awl::domain::workspace::Capabilities;
+use awl::executor::control::{self, GateDecision};
+use awl::executor::definitions;
+use awl::executor::{Worker, WorkerConfig, system_clock};
+use awl::log::{EventFilter, StreamRef, StreamType};
+use awl::projections::Projections;
+use awl::runners::{Runners, RunnersConfig};
+use awl::store::EventStore;
+use awl::store::domain_io;
+use chrono::Utc;
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use crate::support::{Backend, TestStore, on_both_stores, wait_for};
+
+on_both_stores!(worker_threads = 4;
+    a_rebuilt_projection_equals_the_live_one_row_for_row,
+    lag_returns_to_zero_after_a_burst,
+);
+
+/// Every view's rows, ordered by their keys.
+async fn snapshot(store: &EventStore) -> Vec<(String, Vec<Map<String, Value>>)> {
+    let views = [
+        ("board_tasks", "task_id"),
+        ("runs", "run_id"),
+        ("run_steps", "run_id, step_id, attempt"),
+        ("run_gates", "gate_id"),
+        ("agents", "agent_id"),
+        ("audit", "position"),
+    ];
+    let mut out = Vec::new();
+    for (view, key) in views {
+        let rows = store
+            .query_rows(&format!("SELECT * FROM {view} ORDER BY {key}"), &[])
+            .await
+            .unwrap();
+        out.push((view.to_string(), rows));
+    }
+    out
+}
+
+/// A tiny deterministic generator, so a failure can be replayed.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+const WORKFLOW: &str = r#"
+name: mixed
+version: "1.0.0"
+inputs:
+  mode: {type: string, required: true}
+steps:
+  - id: first
+    type: tool
+    tool: echo
+    inputs: {message: "${{ inputs.mode }}"}
+  - id: check
+    type: conditional
+    condition: "inputs.mode == 'fail'"
+    if_true:
+      - id: boom
+        type: tool
+        tool: fail
+        inputs: {class: dependency, message: "it broke"}
+  - id: approve
+    type: gate
+    message: "Ship ${{ inputs.mode }}?"
+  - id: last
+    type: tool
+    tool: noop
+"#;
+
+async fn workload(store: &EventStore, projections: &Projections, seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mixed.awl.yaml");
+    std::fs::write(&file, WORKFLOW).unwrap();
+    let registered = definitions::register_file(store, &file, "test", Utc::now())
+        .await
+        .expect("register");
+    let (stop, stop_rx) = watch::channel(false);
+    let worker = Worker::new(
+        store.clone(),
+        Runners::new(RunnersConfig::default()),
+        WorkerConfig::new("w"),
+        system_clock(),
+    );
+    let worker = tokio::spawn(worker.run(stop_rx));
+    let mut rng = Lcg(seed);
+
+    let mut runs = Vec::new();
+    for i in 0..12 {
+        let mode = if rng.next(3) == 0 { "fail" } else { "ok" };
+        let mut inputs = Map::new();
+        inputs.insert("mode".into(), json!(mode));
+        let id = control::start_run(store, &registered, inputs, RunId::new(), "test", Utc::now())
+            .await
+            .unwrap();
+        runs.push(id);
+        if i % 4 == 0 {
+            projections.catch_up_all().await.unwrap();
+        }
+    }
+
+    let board = Board::open(store.clone(), system_clock(), BoardConfig::default())
+        .await
+        .unwrap();
+    let ops = Caller::User("ops".into());
+    let agents: Vec<AgentId> = (0..3)
+        .map(|i| AgentId::try_from(format!("agent-{i}")).unwrap())
+        .collect();
+    for a in &agents {
+        board
+            .register(
+                a.clone(),
+                Capabilities::new(["rust"]),
+                None,
+                &Caller::Agent(a.clone()),
+            )
+            .await
+            .unwrap();
+    }
+    for i in 0..30 {
+        let request = SendTaskRequest {
+            prompt: format!("task {i}"),
+            capabilities: vec!["rust".into()],
+            review_required: rng.next(2) == 0,
+            ..SendTaskRequest::default()
+        };
+        let (task, _) = board.send(request, &ops, None).await.unwrap();
+        let id = task.task_id.to_string().parse().unwrap();
+        let agent = &agents[rng.next(3) as usize];
+        if rng.next(6) == 0 {
+            board.cancel(id, "not needed".into(), &ops).await.unwrap();
+            continue;
+        }
+        // The agent may get an older task sent back from review: work on what it got.
+        let got = board
+            .wait_for_prompt(agent, Some(Duration::from_secs(1)))
+            .await
+            .unwrap()
+            .expect("a task");
+        let id = got.task_id.to_string().parse().unwrap();
+        board.ack(id, agent).await.unwrap();
+        board
+            .progress(id, agent, "going".into(), Some(50))
+            .await
+            .unwrap();
+        match rng.next(4) {
+            0 => {
+                board
+                    .fail(
+                        id,
+                        "no luck".into(),
+                        Some("dependency".into()),
+                        &Caller::Agent(agent.clone()),
+                    )
+                    .await
+                    .unwrap();
+            }
+            _ if got.review_required => {
+                board
+                    .submit(id, agent, None, None, "done".into())
+                    .await
+                    .unwrap();
+                if rng.next(2) == 0 {
+                    board
+                        .request_changes(id, "again".into(), &ops)
+                        .await
+                        .unwrap();
+                } else {
+                    board.approve(id, &ops).await.unwrap();
+                    board
+                        .complete(id, json!({"n": i}), &Caller::Agent(agent.clone()))
+                        .await
+                        .unwrap();
+                }
+            }
+            _ => {
+                board
+                    .complete(id, json!({"n": i}), &Caller::Agent(agent.clone()))
+                    .await
+                    .unwrap();
+            }
+        }
+        if i % 7 == 0 {
+            projections.catch_up_all().await.unwrap();
+        }
+    }
+
+    // Decide every gate as it opens: approve most, reject some.
+    for run_id in &runs {
+        let stream = StreamRef::new(StreamType::Run, run_id.to_string());
+        let gate = wait_for(30, "the run to wait or end", async || {
+            let (run, _) = domain_io::load::<Run>(store, &stream).await.unwrap();
+            if run.is_terminal() {
+                return Some(None);
+            }
+            run.open_gates().next().map(|g| Some(g.gate_id))
+        })
+        .await;
+        if let Some(gate) = gate {
+            let decision = if rng.next(4) == 0 {
+                GateDecision::Reject {
+                    comment: "not now".into(),
+                }
+            } else {
+                GateDecision::Approve { comment: None }
+            };
+            control::decide_gate(store, gate, decision, "ops", Utc::now())
+                .await
+                .unwrap();
+        }
+    }
+    for run_id in &runs {
+        let stream = StreamRef::new(StreamType::Run, run_id.to_string());
+        wait_for(30, "every run to end", async || {
+            let (run, _) = domain_io::load::<Run>(store, &stream).await.unwrap();
+            run.is_terminal().then_some(())
+        })
+        .await;
+    }
+    let _ = stop.send(true);
+    worker.await.unwrap().unwrap();
+}
+
+async fn a_rebuilt_projection_equals_the_live_one_row_for_row(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let projections = Projections::new(t.store.clone());
+    assert!(projections.prepare().await.unwrap().is_empty());
+    workload(&t.store, &projections, 7).await;
+    projections.catch_up_all().await.unwrap();
+    let live = snapshot(&t.store).await;
+    let counts: Vec<(String, usize)> = live
+        .iter()
+        .map(|(v, rows)| (v.clone(), rows.len()))
+        .collect();
+    for (view, n) in &counts {
+        assert!(
+            *n > 0,
+            "the workload left {view} empty: {counts:?}\n{:#?}",
+            live[1]
+                .1
+                .iter()
+                .map(|r| (r["status"].clone(), r["error"].clone()))
+                .collect::<Vec<_>>()
+        );
+    }
+    // The workload reached every column and outcome it meant to.
+    let statuses: std::collections::BTreeSet<String> = live[0]
+        .1
+        .iter()
+        .map(|r| r["status"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        statuses.contains("COMPLETED")
+            && statuses.contains("FAILED")
+            && statuses.contains("CANCELLED"),
+        "{statuses:?}"
+    );
+    let run_statuses: std::collections::BTreeSet<String> = live[1]
+        .1
+        .iter()
+        .map(|r| r["status"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        run_statuses.contains("SUCCEEDED") && run_statuses.contains("FAILED"),
+        "{run_statuses:?}"
+    );
+
+    let progress = Arc::new(std::sync::Mutex::new(Vec::new()));
+    for name in projections.names() {
+        let seen = progress.clone();
+        projections
+            .rebuild(name, &move |at, head| seen.lock().unwrap().push((at, head)))
+            .await
+            .unwrap();
+    }
+    let rebuilt = snapshot(&t.store).await;
+    for ((view, a), (_, b)) in live.iter().zip(&rebuilt) {
+        assert_eq!(
+            a.len(),
+            b.len(),
+            "{view}: {} rows live, {} rebuilt",
+            a.len(),
+            b.len()
+        );
+        for (x, y) in a.iter().zip(b) {
+            assert_eq!(x, y, "{view} differs after a rebuild");
+        }
+    }
+    let status = projections.status().await.unwrap();
+    assert!(
+        status.iter().all(|s| s.generation == 2 && s.lag == 0),
+        "{status:?}"
+    );
+    assert!(!progress.lock().unwrap().is_empty());
+
+    // Applying the whole log again on top changes nothing (every event twice).
+    for name in projections.names() {
+        let p = awl::projections::all()
+            .into_iter()
+            .find(|p| p.name() == name)
+            .unwrap();
+        let (events, _) = t
+            .store
+            .read_page(
+                0,
+                100_000,
+                &EventFilter {
+                    stream_types: p.stream_types(),
+                    ..EventFilter::default()
+                },
+            )
+            .await
+            .unwrap();
+        projections.apply_again(name, &events).await.unwrap();
+    }
+    let twice = snapshot(&t.store).await;
+    assert_eq!(twice, rebuilt, "applying events twice changed a view");
+}
+
+async fn lag_returns_to_zero_after_a_burst(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let projections = Projections::new(t.store.clone());
+    let (stop, stop_rx) = watch::channel(false);
+    let runner = {
+        let p = projections.clone();
+        tokio::spawn(async move { p.run(stop_rx).await })
+    };
+    let board = Board::open(t.store.clone(), system_clock(), BoardConfig::default())
+        .await
+        .unwrap();
+    let ops = Caller::User("ops".into());
+    let sends: Vec<_> = (0..400)
+        .map(|i| {
+            let board = board.clone();
+            let ops = ops.clone();
+            tokio::spawn(async move {
+                board
+                    .send(
+                        SendTaskRequest {
+                            prompt: format!("burst {i}"),
+                            ..SendTaskRequest::default()
+                        },
+                        &ops,
+                        None,
+                    )
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    for s in sends {
+        s.await.unwrap();
+    }
+    let head = t.store.head().await.unwrap();
+    wait_for(30, "the projections to catch up", async || {
+        let status = projections.status().await.unwrap();
+        status
+            .iter()
+            .all(|s| s.lag == 0 && s.position >= head)
+            .then_some(())
+    })
+    .await;
+    let rows = t
+        .store
+        .query_rows(
+            "SELECT count(*) AS n FROM board_tasks WHERE status = 'QUEUED'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows[0]["n"], 400);
+    let _ = stop.send(true);
+    runner.await.unwrap().unwrap();
+}
