@@ -6,6 +6,7 @@
 
 mod board;
 mod events;
+mod projections;
 mod runs;
 mod serve;
 mod time_arg;
@@ -67,6 +68,9 @@ enum Command {
     /// Review a task's submitted work: approve it or request changes.
     #[command(subcommand)]
     Review(board::ReviewCommand),
+    /// Read models: their status, and rebuilding them from the log.
+    #[command(subcommand)]
+    Projections(projections::ProjectionsCommand),
     /// Manage API tokens (admin, operator, agent, viewer).
     #[command(subcommand)]
     Token(tokens::TokenCommand),
@@ -173,6 +177,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             board::review(store, command).await
         }
         Command::Token(command) => tokens::run(open(&location, true).await?, command).await,
+        Command::Projections(command) => {
+            projections::run(open(&location, true).await?, command).await
+        }
         Command::Validate(_) | Command::Schema => Ok(()),
     }
 }

@@ -1,5 +1,5 @@
 //! `awl serve`: the HTTP API, the MCP endpoint, the board's dispatcher and sweeper,
-//! and the executor, in one process.
+//! the projections and the executor, in one process.
 //!
 //! Requests pass, in order: a body size limit, a time limit (longer than the longest
 //! long poll), and the auth middleware (`auth_layer`), which checks the bearer token
@@ -173,6 +173,15 @@ pub async fn start(
         let every = config.sweep_every;
         tokio::spawn(async move { board.sweep_every(every, stop).await })
     };
+    let projector = {
+        let projections = crate::projections::Projections::new(store.clone());
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            if let Err(e) = projections.run(stop).await {
+                tracing::error!(error = %e, "the projections stopped");
+            }
+        })
+    };
     let worker = config.worker.clone().map(|wc| {
         let worker = Worker::new(store.clone(), runners, wc, clock.clone());
         let stop = stop_rx.clone();
@@ -194,6 +203,7 @@ pub async fn start(
                 .await;
             follower.abort();
             let _ = sweeper.await;
+            let _ = projector.await;
             if let Some(worker) = worker {
                 match worker.await {
                     Ok(Err(e)) => tracing::error!(error = %e, "the worker stopped with an error"),
