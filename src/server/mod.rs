@@ -12,7 +12,7 @@ mod error;
 mod extract;
 mod rest;
 pub mod routes;
-mod runs_api;
+pub mod runs_api;
 mod tokens_api;
 
 use std::net::SocketAddr;
@@ -38,7 +38,7 @@ use crate::store::EventStore;
 pub use auth_layer::AuthMode;
 use auth_layer::{AuthState, authenticate};
 pub use error::ApiError;
-pub use rest::{acting_agent, parse_status};
+pub use rest::{TaskListParams, acting_agent, caller, parse_status, task_query, wait_timeout};
 
 /// Everything the handlers share. Cheap to clone.
 #[derive(Clone)]
