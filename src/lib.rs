@@ -9,6 +9,8 @@
 //! - [`expr`]: the expression language of workflow files: CEL conditions, templates. Pure.
 //! - [`runners`]: one attempt of one step (shell, http, database, notify, built-in
 //!   tools): the I/O edge of the executor, with timeouts, caps and circuit breakers.
+//! - [`board`]: the agent board service every interface calls.
+//! - [`server`] and [`mcp`]: the HTTP API and the MCP endpoint over the board.
 //! - [`store`]: the event store over Postgres or embedded SQLite: appends with
 //!   optimistic concurrency and group commit, reads, gap-free tails, transactions.
 //!
@@ -25,6 +27,7 @@ pub mod engine;
 pub mod executor;
 pub mod expr;
 pub mod log;
+pub mod mcp;
 pub mod projections;
 pub mod runners;
 pub mod server;

@@ -12,7 +12,7 @@ mod error;
 mod extract;
 mod rest;
 pub mod routes;
-mod runs_api;
+pub mod runs_api;
 mod tokens_api;
 
 use std::net::SocketAddr;
@@ -27,6 +27,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::TokenVerifier;
 use crate::board::{Board, BoardConfig};
@@ -38,7 +39,7 @@ use crate::store::EventStore;
 pub use auth_layer::AuthMode;
 use auth_layer::{AuthState, authenticate};
 pub use error::ApiError;
-pub use rest::{acting_agent, parse_status};
+pub use rest::{TaskListParams, acting_agent, caller, parse_status, task_query, wait_timeout};
 
 /// Everything the handlers share. Cheap to clone.
 #[derive(Clone)]
@@ -159,7 +160,8 @@ pub async fn start(
         definitions: Definitions::default(),
         auth_on,
     };
-    let app = router(state, mode, &config);
+    let mcp_stop = CancellationToken::new();
+    let app = router(state, mode, &config, mcp_stop.clone());
     let (stop, stop_rx) = watch::channel(false);
 
     let follower = {
@@ -195,8 +197,10 @@ pub async fn start(
             let board_for_close = board.clone();
             let shutdown = async move {
                 let _ = stop_rx.wait_for(|s| *s).await;
-                // Long polls end now (with no task) so the graceful drain is quick.
+                // Long polls end now (with no task) and MCP sessions close (their
+                // open streams would hold the drain up), so the graceful drain is quick.
                 board_for_close.close();
+                mcp_stop.cancel();
             };
             let served = axum::serve(listener, app.into_make_service())
                 .with_graceful_shutdown(shutdown)
@@ -223,11 +227,25 @@ pub async fn start(
     })
 }
 
-/// The whole HTTP surface.
-pub fn router(state: AppState, mode: AuthMode, config: &ServeConfig) -> Router {
+/// The whole HTTP surface. Cancelling `mcp_stop` ends every MCP session.
+pub fn router(
+    state: AppState,
+    mode: AuthMode,
+    config: &ServeConfig,
+    mcp_stop: CancellationToken,
+) -> Router {
     use rest::*;
     let auth = Arc::new(AuthState::new(mode));
     let timeout = config.request_timeout;
+    let mcp = crate::mcp::service(
+        state.clone(),
+        crate::mcp::McpConfig {
+            bind: config.bind,
+            auth_on: state.auth_on,
+            body_limit: config.body_limit,
+            stop: mcp_stop,
+        },
+    );
     Router::new()
         .route("/health", get(health))
         .route("/api/v1/health", get(health))
@@ -258,6 +276,9 @@ pub fn router(state: AppState, mode: AuthMode, config: &ServeConfig) -> Router {
         .route("/api/v1/gates/{gate_id}/reject", post(reject_gate))
         .route("/api/v1/tokens", get(tokens).post(create_token))
         .route("/api/v1/tokens/{name}", delete(revoke_token))
+        // `route_service`, not `nest_service`: only `/mcp` itself reaches rmcp, so the
+        // auth middleware's lookup of the exact path covers every request it gets.
+        .route_service("/mcp", mcp)
         .fallback(not_found)
         .with_state(state)
         .layer(middleware::from_fn_with_state(auth, authenticate))

@@ -10,25 +10,19 @@ use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde::Deserialize;
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::auth::{Principal, Role};
 use crate::board::wire::*;
 use crate::board::{Caller, TaskQuery};
-use crate::domain::ids::{AgentId, GateId, QuestionId, RunId, TaskId};
-use crate::domain::run::Run;
+use crate::domain::ids::{AgentId, QuestionId, RunId, TaskId};
 use crate::domain::task::TaskStatus;
 use crate::domain::workspace::{Capabilities, Workspace};
-use crate::executor::control::{self, GateDecision};
-use crate::log::{StreamRef, StreamType};
-use crate::store::domain_io;
-use crate::workflow::inputs::{self, Given};
 
 use super::AppState;
 use super::error::ApiError;
 use super::extract::Body;
 use super::routes::{Health, openapi};
-use super::runs_api::*;
+use super::runs_api::{self, GateDecisionRequest, RunView, StartRunRequest};
 use super::tokens_api::*;
 
 type Api<T> = Result<T, ApiError>;
@@ -70,7 +64,7 @@ pub fn acting_agent(who: &Principal, given: Option<&str>) -> Api<AgentId> {
 }
 
 /// Who a person's call is recorded as.
-fn caller(who: &Principal) -> Caller {
+pub fn caller(who: &Principal) -> Caller {
     match who.agent_id() {
         Some(agent) => Caller::Agent(agent),
         None => Caller::User(who.name.clone()),
@@ -179,20 +173,36 @@ fn idempotency_key(headers: &HeaderMap) -> Api<Option<String>> {
     Ok(Some(key.to_string()))
 }
 
-#[derive(Debug, Deserialize)]
+/// Filters of the task listing (REST query parameters, MCP `list_tasks` arguments).
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskListParams {
-    status: Option<String>,
-    agent: Option<String>,
-    run_id: Option<String>,
-    after: Option<String>,
-    limit: Option<usize>,
+    /// Comma-separated statuses (QUEUED,IN_PROGRESS,...).
+    #[serde(default)]
+    pub status: Option<String>,
+    /// Only tasks held by this agent.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Only tasks of this run.
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// The `next` of the previous page.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
 }
 
 pub async fn tasks(
     State(app): State<AppState>,
     Query(p): Query<TaskListParams>,
 ) -> Api<Json<TaskPage>> {
+    Ok(Json(app.board.tasks(&task_query(p)?)?))
+}
+
+/// The board query a listing's filters ask for.
+pub fn task_query(p: TaskListParams) -> Api<TaskQuery> {
     let statuses = match &p.status {
         None => Vec::new(),
         Some(list) => list
@@ -201,7 +211,7 @@ pub async fn tasks(
             .map(|s| parse_status(s.trim()))
             .collect::<Api<Vec<_>>>()?,
     };
-    let query = TaskQuery {
+    Ok(TaskQuery {
         statuses,
         assignee: p
             .agent
@@ -215,8 +225,7 @@ pub async fn tasks(
             .map_err(|e| ApiError::invalid(e.to_string()))?,
         after: p.after,
         limit: p.limit.unwrap_or(100),
-    };
-    Ok(Json(app.board.tasks(&query)?))
+    })
 }
 
 pub fn parse_status(s: &str) -> Api<TaskStatus> {
@@ -414,9 +423,6 @@ pub async fn cancel(
 
 // ---- runs and gates ---------------------------------------------------------------------
 
-/// Names a run started with an `Idempotency-Key`.
-const RUN_KEY_NAMESPACE: Uuid = Uuid::from_u128(0x2f6b_8c1d_5e4a_4b9f_a7c3_1d8e_6f2a_0b54);
-
 pub async fn start_run(
     State(app): State<AppState>,
     who: Who,
@@ -424,94 +430,17 @@ pub async fn start_run(
     Body(req): Body<StartRunRequest>,
 ) -> Api<Response> {
     let key = idempotency_key(&headers)?;
-    let (workflow, version) = app
-        .definitions
-        .resolve(app.board.store(), &req.workflow)
-        .await?;
-    let name = req
-        .workflow
-        .split('@')
-        .next()
-        .unwrap_or(&req.workflow)
-        .to_string();
-    let inputs =
-        inputs::resolve(&workflow.inputs, req.inputs, Given::Json).map_err(|problems| {
-            ApiError::invalid(
-                problems
-                    .iter()
-                    .map(|p| p.message.clone())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            )
-        })?;
-    let run_id = match &key {
-        Some(k) => RunId::from_uuid(Uuid::new_v5(
-            &RUN_KEY_NAMESPACE,
-            format!("{}\n{k}", who.name).as_bytes(),
-        )),
-        None => RunId::new(),
+    let (started, created) = runs_api::start_run(&app, &who, key.as_deref(), req).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
     };
-    let stream = StreamRef::new(StreamType::Run, run_id.to_string());
-    if key.is_some() {
-        let (existing, v) = domain_io::load::<Run>(app.board.store(), &stream).await?;
-        if v > 0 {
-            return Ok((
-                StatusCode::OK,
-                Json(StartedRun {
-                    run_id: run_id.as_uuid(),
-                    workflow: existing
-                        .workflow()
-                        .map(|w| w.to_string())
-                        .unwrap_or_default(),
-                    version: existing.workflow_version().to_string(),
-                }),
-            )
-                .into_response());
-        }
-    }
-    let registered = crate::executor::definitions::Registered {
-        name: name.clone(),
-        version: version.clone(),
-        content_hash: String::new(),
-        workflow,
-    };
-    control::start_run(
-        app.board.store(),
-        &registered,
-        inputs,
-        run_id,
-        &who.name,
-        Utc::now(),
-    )
-    .await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(StartedRun {
-            run_id: run_id.as_uuid(),
-            workflow: name,
-            version,
-        }),
-    )
-        .into_response())
+    Ok((status, Json(started)).into_response())
 }
 
 pub async fn run_status(State(app): State<AppState>, Path(id): Path<String>) -> Api<Json<RunView>> {
-    let run_id: RunId = id.parse().map_err(|e: crate::domain::ids::IdError| {
-        ApiError::not_found("run_not_found", e.to_string())
-    })?;
-    load_run(&app, run_id).await.map(Json)
-}
-
-async fn load_run(app: &AppState, run_id: RunId) -> Api<RunView> {
-    let stream = StreamRef::new(StreamType::Run, run_id.to_string());
-    let (run, version) = domain_io::load::<Run>(app.board.store(), &stream).await?;
-    if version == 0 {
-        return Err(ApiError::not_found(
-            "run_not_found",
-            format!("no run {run_id}"),
-        ));
-    }
-    Ok(RunView::of(&run, version))
+    runs_api::run_status(&app, &id).await.map(Json)
 }
 
 pub async fn approve_gate(
@@ -520,15 +449,9 @@ pub async fn approve_gate(
     Path(id): Path<String>,
     Body(req): Body<GateDecisionRequest>,
 ) -> Api<Json<RunView>> {
-    decide_gate(
-        app,
-        &who,
-        &id,
-        GateDecision::Approve {
-            comment: req.comment,
-        },
-    )
-    .await
+    runs_api::decide_gate(&app, &who, &id, true, req.comment)
+        .await
+        .map(Json)
 }
 
 pub async fn reject_gate(
@@ -537,25 +460,9 @@ pub async fn reject_gate(
     Path(id): Path<String>,
     Body(req): Body<GateDecisionRequest>,
 ) -> Api<Json<RunView>> {
-    let comment = req
-        .comment
-        .filter(|c| !c.trim().is_empty())
-        .ok_or_else(|| ApiError::invalid("rejecting a gate needs a comment saying why"))?;
-    decide_gate(app, &who, &id, GateDecision::Reject { comment }).await
-}
-
-async fn decide_gate(
-    app: AppState,
-    who: &Principal,
-    id: &str,
-    decision: GateDecision,
-) -> Api<Json<RunView>> {
-    let gate: GateId = id.parse().map_err(|e: crate::domain::ids::IdError| {
-        ApiError::not_found("gate_not_found", e.to_string())
-    })?;
-    let run_id =
-        control::decide_gate(app.board.store(), gate, decision, &who.name, Utc::now()).await?;
-    load_run(&app, run_id).await.map(Json)
+    runs_api::decide_gate(&app, &who, &id, false, req.comment)
+        .await
+        .map(Json)
 }
 
 // ---- tokens -------------------------------------------------------------------------------

@@ -1,4 +1,7 @@
 //! Runs over the API: start a registered workflow, read a run, decide a gate.
+//!
+//! The shapes, and the operations as plain async functions that REST handlers and MCP
+//! tools both call, so the two interfaces cannot drift apart.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +11,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use crate::auth::Principal;
+use crate::domain::ids::{GateId, IdError, RunId};
 use crate::domain::run::{Run, RunOutcome};
+use crate::executor::control::{self, GateDecision};
+use crate::executor::definitions::Registered;
+use crate::log::{StreamRef, StreamType};
+use crate::store::domain_io;
+use crate::workflow::inputs::{self, Given};
+
+use super::AppState;
+use super::error::ApiError;
 
 /// Start a run of a registered workflow.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -122,4 +135,128 @@ impl RunView {
             version_in_log: version,
         }
     }
+}
+
+// ---- the operations -----------------------------------------------------------------
+
+/// Names a run started with an idempotency key.
+const RUN_KEY_NAMESPACE: Uuid = Uuid::from_u128(0x2f6b_8c1d_5e4a_4b9f_a7c3_1d8e_6f2a_0b54);
+
+/// Start a run of a registered workflow for `who`. With an idempotency `key`, the run's
+/// id is derived from the caller and the key, and a run already started with them is
+/// returned instead of a new one. The flag says whether a run was created.
+pub async fn start_run(
+    app: &AppState,
+    who: &Principal,
+    key: Option<&str>,
+    req: StartRunRequest,
+) -> Result<(StartedRun, bool), ApiError> {
+    let (workflow, version) = app
+        .definitions
+        .resolve(app.board.store(), &req.workflow)
+        .await?;
+    let name = req
+        .workflow
+        .split('@')
+        .next()
+        .unwrap_or(&req.workflow)
+        .to_string();
+    let inputs =
+        inputs::resolve(&workflow.inputs, req.inputs, Given::Json).map_err(|problems| {
+            ApiError::invalid(
+                problems
+                    .iter()
+                    .map(|p| p.message.clone())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+        })?;
+    let run_id = match key {
+        Some(k) => RunId::from_uuid(Uuid::new_v5(
+            &RUN_KEY_NAMESPACE,
+            format!("{}\n{k}", who.name).as_bytes(),
+        )),
+        None => RunId::new(),
+    };
+    let stream = StreamRef::new(StreamType::Run, run_id.to_string());
+    if key.is_some() {
+        let (existing, v) = domain_io::load::<Run>(app.board.store(), &stream).await?;
+        if v > 0 {
+            let started = StartedRun {
+                run_id: run_id.as_uuid(),
+                workflow: existing
+                    .workflow()
+                    .map(|w| w.to_string())
+                    .unwrap_or_default(),
+                version: existing.workflow_version().to_string(),
+            };
+            return Ok((started, false));
+        }
+    }
+    let registered = Registered {
+        name: name.clone(),
+        version: version.clone(),
+        content_hash: String::new(),
+        workflow,
+    };
+    control::start_run(
+        app.board.store(),
+        &registered,
+        inputs,
+        run_id,
+        &who.name,
+        Utc::now(),
+    )
+    .await?;
+    let started = StartedRun {
+        run_id: run_id.as_uuid(),
+        workflow: name,
+        version,
+    };
+    Ok((started, true))
+}
+
+/// A run's status; `id` as the caller gave it.
+pub async fn run_status(app: &AppState, id: &str) -> Result<RunView, ApiError> {
+    let run_id: RunId = id
+        .parse()
+        .map_err(|e: IdError| ApiError::not_found("run_not_found", e.to_string()))?;
+    load_run(app, run_id).await
+}
+
+async fn load_run(app: &AppState, run_id: RunId) -> Result<RunView, ApiError> {
+    let stream = StreamRef::new(StreamType::Run, run_id.to_string());
+    let (run, version) = domain_io::load::<Run>(app.board.store(), &stream).await?;
+    if version == 0 {
+        return Err(ApiError::not_found(
+            "run_not_found",
+            format!("no run {run_id}"),
+        ));
+    }
+    Ok(RunView::of(&run, version))
+}
+
+/// Approve a gate, or reject it (`approve` false), which needs a comment saying why.
+/// Returns the gate's run as it is after the decision.
+pub async fn decide_gate(
+    app: &AppState,
+    who: &Principal,
+    id: &str,
+    approve: bool,
+    comment: Option<String>,
+) -> Result<RunView, ApiError> {
+    let decision = if approve {
+        GateDecision::Approve { comment }
+    } else {
+        let comment = comment
+            .filter(|c| !c.trim().is_empty())
+            .ok_or_else(|| ApiError::invalid("rejecting a gate needs a comment saying why"))?;
+        GateDecision::Reject { comment }
+    };
+    let gate: GateId = id
+        .parse()
+        .map_err(|e: IdError| ApiError::not_found("gate_not_found", e.to_string()))?;
+    let run_id =
+        control::decide_gate(app.board.store(), gate, decision, &who.name, Utc::now()).await?;
+    load_run(app, run_id).await
 }

@@ -6,7 +6,8 @@
 //! `examples` runs every workflow in `workflows/` through the `awl` binary on both
 //! stores. `executor` checks the executor's guarantees (crash recovery, leases, inert
 //! inputs, back-off, cancellation, no lost wake-ups) with `awl worker` child processes
-//! on both stores.
+//! on both stores. `mcp` drives the MCP endpoint with the official MCP Python SDK
+//! (`tests/mcp/*.py`, from the virtualenv `scripts/test` provides) and raw HTTP.
 //! Postgres is found through `AWL_TEST_DATABASE_URL` or `DATABASE_URL` (an admin
 //! URL; each test creates and drops its own database), defaulting to
 //! `postgres://postgres@127.0.0.1:5432/postgres`. `scripts/test` provides one.
@@ -16,6 +17,7 @@ mod board_cli;
 mod conformance;
 mod examples;
 mod executor;
+mod mcp;
 mod projections;
 mod runners;
 mod support;

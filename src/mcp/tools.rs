@@ -1,0 +1,391 @@
+//! The tools: each checks its caller, then calls the board or `runs_api` as the REST
+//! handler of the same operation does.
+
+use std::time::Instant;
+
+use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::model::ProgressNotificationParam;
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, tool, tool_router};
+use tokio::task::JoinHandle;
+
+use crate::auth::Permission;
+use crate::board::wire::*;
+use crate::board::{BoardError, Caller};
+use crate::domain::ids::{QuestionId, TaskId};
+use crate::domain::workspace::{Capabilities, Workspace};
+use crate::server::runs_api::{self, RunView, StartedRun};
+use crate::server::{ApiError, TaskListParams, acting_agent, caller, task_query, wait_timeout};
+
+use super::params::*;
+use super::{AwlMcp, PROGRESS_EVERY, ToolError, require};
+
+/// (The return types are spelt out: the `tool` macro finds a structured result
+/// only in a literal `Result<Json<T>, E>`, not behind an alias.)
+type Ctx = RequestContext<RoleServer>;
+
+#[tool_router(vis = "pub(super)")]
+impl AwlMcp {
+    // ---- agents ---------------------------------------------------------------------
+
+    #[tool(
+        description = "Register this agent (or update its capabilities and workspace); call it once before waiting for work. With an agent token the agent is the token's."
+    )]
+    async fn register(
+        &self,
+        Parameters(p): Parameters<RegisterRequest>,
+        ctx: Ctx,
+    ) -> Result<Json<AgentView>, ToolError> {
+        let who = require(&ctx, Permission::Work, "register")?;
+        let agent = acting_agent(&who, p.agent_id.as_deref())?;
+        let view = self
+            .app
+            .board
+            .register(
+                agent,
+                Capabilities::new(&p.capabilities),
+                p.workspace.map(Workspace::from),
+                &caller(&who),
+            )
+            .await?;
+        Ok(Json(view))
+    }
+
+    #[tool(
+        description = "Wait for the next task (long poll, up to timeout_seconds, capped by the server). Returns the task reserved for this agent (PENDING_ACK: call ack_task before its ack_deadline, and read its feedback), or task null when the time ran out: then call again. Sends progress notifications while waiting if the call has a progress token."
+    )]
+    async fn wait_for_prompt(
+        &self,
+        Parameters(p): Parameters<WaitRequest>,
+        ctx: Ctx,
+    ) -> Result<Json<WaitResult>, ToolError> {
+        let who = require(&ctx, Permission::Work, "wait_for_prompt")?;
+        let agent = acting_agent(&who, p.agent_id.as_deref())?;
+        let timeout = wait_timeout(p.timeout_seconds)?;
+        let started = Instant::now();
+        let board = self.app.board.clone();
+        // Its own task: dropping this call (the client left) must not cut a
+        // reservation in half.
+        let waiting = tokio::spawn(async move { board.wait_for_prompt(&agent, timeout).await });
+        let task = wait_reporting_progress(waiting, &ctx, started).await?;
+        Ok(Json(WaitResult {
+            task,
+            waited_seconds: started.elapsed().as_secs_f64(),
+        }))
+    }
+
+    #[tool(
+        description = "Acknowledge a task wait_for_prompt gave you: PENDING_ACK -> IN_PROGRESS."
+    )]
+    async fn ack_task(
+        &self,
+        Parameters(p): Parameters<TaskCall>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Work, "ack_task")?;
+        let agent = acting_agent(&who, p.agent_id.as_deref())?;
+        Ok(Json(
+            self.app
+                .board
+                .ack(TaskId::from_uuid(p.task_id), &agent)
+                .await?,
+        ))
+    }
+
+    #[tool(
+        description = "Report progress on a task you hold (a message, optionally a percentage)."
+    )]
+    async fn report_progress(
+        &self,
+        Parameters(p): Parameters<ProgressParams>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Work, "report_progress")?;
+        let agent = acting_agent(&who, p.agent_id.as_deref())?;
+        let view = self
+            .app
+            .board
+            .progress(TaskId::from_uuid(p.task_id), &agent, p.message, p.percent)
+            .await?;
+        Ok(Json(view))
+    }
+
+    #[tool(
+        description = "Record one tool call you made on a task (name, parameters, duration, success)."
+    )]
+    async fn report_tool_call(
+        &self,
+        Parameters(p): Parameters<ToolCallParams>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Work, "report_tool_call")?;
+        let agent = acting_agent(&who, p.agent_id.as_deref())?;
+        let task = TaskId::from_uuid(p.task_id);
+        Ok(Json(
+            self.app
+                .board
+                .tool_call(task, &agent, p.into_request())
+                .await?,
+        ))
+    }
+
+    #[tool(
+        description = "Ask a person a question about a task you hold: the task is BLOCKED until it is answered; the answer shows in the task (list it or wait)."
+    )]
+    async fn ask_question(
+        &self,
+        Parameters(p): Parameters<QuestionParams>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Work, "ask_question")?;
+        let agent = acting_agent(&who, p.agent_id.as_deref())?;
+        let view = self
+            .app
+            .board
+            .ask(TaskId::from_uuid(p.task_id), &agent, p.question)
+            .await?;
+        Ok(Json(view))
+    }
+
+    #[tool(
+        description = "Submit your work on a task for review (branch, commit, summary): IN_PROGRESS -> IN_REVIEW. A reviewer approves it (then complete_task) or sends it back with feedback."
+    )]
+    async fn submit_for_review(
+        &self,
+        Parameters(p): Parameters<SubmitParams>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Work, "submit_for_review")?;
+        let agent = acting_agent(&who, p.agent_id.as_deref())?;
+        let view = self
+            .app
+            .board
+            .submit(
+                TaskId::from_uuid(p.task_id),
+                &agent,
+                p.branch,
+                p.commit,
+                p.summary,
+            )
+            .await?;
+        Ok(Json(view))
+    }
+
+    #[tool(
+        description = "Complete a task you hold, with its result (after approval if it needs review)."
+    )]
+    async fn complete_task(
+        &self,
+        Parameters(p): Parameters<CompleteParams>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Work, "complete_task")?;
+        let agent = acting_agent(&who, p.agent_id.as_deref())?;
+        let view = self
+            .app
+            .board
+            .complete(
+                TaskId::from_uuid(p.task_id),
+                p.result,
+                &Caller::Agent(agent),
+            )
+            .await?;
+        Ok(Json(view))
+    }
+
+    #[tool(description = "Fail a task you hold, for good, saying why.")]
+    async fn fail_task(
+        &self,
+        Parameters(p): Parameters<FailParams>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Work, "fail_task")?;
+        let agent = acting_agent(&who, p.agent_id.as_deref())?;
+        let view = self
+            .app
+            .board
+            .fail(
+                TaskId::from_uuid(p.task_id),
+                p.reason,
+                p.error_class,
+                &Caller::Agent(agent),
+            )
+            .await?;
+        Ok(Json(view))
+    }
+
+    // ---- operators ------------------------------------------------------------------
+
+    #[tool(
+        description = "Put a task on the board for an agent: a prompt, required capabilities, a workspace, an agent hint, a priority, whether it needs review."
+    )]
+    async fn send_task(
+        &self,
+        Parameters(p): Parameters<SendTaskRequest>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "send_task")?;
+        let (view, _created) = self.app.board.send(p, &caller(&who), None).await?;
+        Ok(Json(view))
+    }
+
+    #[tool(
+        description = "The board: tasks oldest first, filtered by status (comma-separated), agent or run, paged with after/limit."
+    )]
+    async fn list_tasks(
+        &self,
+        Parameters(p): Parameters<TaskListParams>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskPage>, ToolError> {
+        require(&ctx, Permission::Read, "list_tasks")?;
+        Ok(Json(self.app.board.tasks(&task_query(p)?)?))
+    }
+
+    #[tool(description = "Answer a task's open question: BLOCKED -> IN_PROGRESS.")]
+    async fn answer_question(
+        &self,
+        Parameters(p): Parameters<AnswerParams>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "answer_question")?;
+        let view = self
+            .app
+            .board
+            .answer(
+                TaskId::from_uuid(p.task_id),
+                p.question_id.map(QuestionId::from_uuid),
+                p.answer,
+                &caller(&who),
+            )
+            .await?;
+        Ok(Json(view))
+    }
+
+    #[tool(
+        description = "Approve the work under review: IN_REVIEW -> APPROVED (the agent then completes it)."
+    )]
+    async fn approve_task(
+        &self,
+        Parameters(p): Parameters<ApproveTaskParams>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "approve_task")?;
+        Ok(Json(
+            self.app
+                .board
+                .approve(TaskId::from_uuid(p.task_id), &caller(&who))
+                .await?,
+        ))
+    }
+
+    #[tool(
+        description = "Send the work under review back with feedback: IN_REVIEW -> QUEUED; the next agent to take it sees the feedback."
+    )]
+    async fn request_changes(
+        &self,
+        Parameters(p): Parameters<ChangesParams>,
+        ctx: Ctx,
+    ) -> Result<Json<TaskView>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "request_changes")?;
+        let view = self
+            .app
+            .board
+            .request_changes(TaskId::from_uuid(p.task_id), p.feedback, &caller(&who))
+            .await?;
+        Ok(Json(view))
+    }
+
+    #[tool(
+        description = "Start a run of a registered workflow (name or name@version) with its inputs; an idempotency_key makes retries safe."
+    )]
+    async fn start_run(
+        &self,
+        Parameters(p): Parameters<StartRunParams>,
+        ctx: Ctx,
+    ) -> Result<Json<StartedRun>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "start_run")?;
+        if let Some(key) = &p.idempotency_key
+            && (key.is_empty() || key.len() > 255)
+        {
+            return Err(ApiError::invalid("idempotency_key must be 1 to 255 characters").into());
+        }
+        let req = runs_api::StartRunRequest {
+            workflow: p.workflow,
+            inputs: p.inputs,
+        };
+        let (started, _created) =
+            runs_api::start_run(&self.app, &who, p.idempotency_key.as_deref(), req).await?;
+        Ok(Json(started))
+    }
+
+    #[tool(description = "A run's status: its steps, open gates, cost and outcome.")]
+    async fn run_status(
+        &self,
+        Parameters(p): Parameters<RunParams>,
+        ctx: Ctx,
+    ) -> Result<Json<RunView>, ToolError> {
+        require(&ctx, Permission::Read, "run_status")?;
+        Ok(Json(runs_api::run_status(&self.app, &p.run_id).await?))
+    }
+
+    #[tool(
+        description = "Decide a gate of a run: approve (the run goes on) or reject with a comment saying why (its on_reject applies). Returns the run."
+    )]
+    async fn approve_gate(
+        &self,
+        Parameters(p): Parameters<GateParams>,
+        ctx: Ctx,
+    ) -> Result<Json<RunView>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "approve_gate")?;
+        let approve = p.decision == GateVerdict::Approve;
+        let run = runs_api::decide_gate(&self.app, &who, &p.gate_id, approve, p.comment).await?;
+        Ok(Json(run))
+    }
+}
+
+/// Wait for the board's answer, sending a progress notification at once and then
+/// every [`PROGRESS_EVERY`] if the call carries a progress token. A cancelled call
+/// returns at once (the wait itself runs on; see [`super`]).
+async fn wait_reporting_progress(
+    mut waiting: JoinHandle<Result<Option<TaskView>, BoardError>>,
+    ctx: &Ctx,
+    started: Instant,
+) -> Result<Option<TaskView>, ToolError> {
+    let token = ctx.meta.get_progress_token();
+    let mut ticks = tokio::time::interval(PROGRESS_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sent = 0u32;
+    loop {
+        tokio::select! {
+            joined = &mut waiting => {
+                return match joined {
+                    Ok(found) => found.map_err(ToolError::from),
+                    Err(e) => Err(ApiError::new(
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        format!("the wait failed: {e}"),
+                    )
+                    .into()),
+                };
+            }
+            _ = ctx.ct.cancelled() => {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::CONFLICT,
+                    "cancelled",
+                    "the client cancelled the wait",
+                )
+                .into());
+            }
+            _ = ticks.tick(), if token.is_some() => {
+                let Some(token) = token.clone() else { continue };
+                sent += 1;
+                let note = ProgressNotificationParam::new(token, f64::from(sent)).with_message(
+                    format!("waiting for a task ({:.0} s)", started.elapsed().as_secs_f64()),
+                );
+                if let Err(e) = ctx.peer.notify_progress(note).await {
+                    tracing::debug!(error = %e, "could not send a progress notification");
+                }
+            }
+        }
+    }
+}
