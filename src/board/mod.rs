@@ -122,9 +122,34 @@ struct Waiter {
 /// What a waiting agent is woken with.
 enum Offer {
     /// A queued task it may take: it reserves it itself.
-    Look(TaskId),
+    Look(Reservation),
     /// A task already reserved for it, in the same append that queued it.
     Reserved(Box<TaskView>),
+}
+
+/// A task marked as being reserved by one waiter of this process (so no other local
+/// waiter takes it). Dropping it clears the mark and offers the task again if it is
+/// still queued, so a waiter that goes away (a client that disconnects mid-request,
+/// an offer never read) cannot leave the mark behind.
+struct Reservation {
+    board: Board,
+    task: TaskId,
+    armed: bool,
+}
+
+impl Reservation {
+    /// Forget the mark without offering the task (the caller clears it itself).
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.armed {
+            self.board.unreserve(self.task);
+        }
+    }
 }
 
 /// Who is calling: an agent (acting on its own tasks) or a person / awl.
@@ -523,7 +548,12 @@ impl Board {
                 .map(|t| t.task_id);
                 if let Some(task) = best {
                     st.reserving.insert(task);
-                    (Some(task), None, 0)
+                    let mark = Reservation {
+                        board: self.clone(),
+                        task,
+                        armed: true,
+                    };
+                    (Some(mark), None, 0)
                 } else {
                     let (reply, rx) = oneshot::channel();
                     st.next_waiter += 1;
@@ -533,7 +563,7 @@ impl Board {
                 }
             };
             let offer = match (found, rx.as_mut()) {
-                (Some(task), _) => Offer::Look(task),
+                (Some(mark), _) => Offer::Look(mark),
                 (None, Some(rx)) => {
                     tokio::select! {
                         got = &mut *rx => match got {
@@ -553,7 +583,7 @@ impl Board {
                         _ = closed.changed() => {
                             self.forget_waiter(waiter);
                             match rx.try_recv() {
-                                Ok(Offer::Look(task)) => self.unreserve(task),
+                                Ok(Offer::Look(mark)) => drop(mark),
                                 Ok(Offer::Reserved(view)) => return Ok(Some(*view)),
                                 Err(_) => {}
                             }
@@ -563,11 +593,15 @@ impl Board {
                 }
                 (None, None) => return Ok(None),
             };
-            let task = match offer {
+            let mark = match offer {
                 Offer::Reserved(view) => return Ok(Some(*view)),
-                Offer::Look(task) => task,
+                Offer::Look(mark) => mark,
             };
-            if let Some(view) = self.reserve(task, agent).await? {
+            // The mark is cleared when `mark` drops, even if this future is dropped
+            // while the append is in flight.
+            let reserved = self.reserve(mark.task, agent).await;
+            drop(mark);
+            if let Some(view) = reserved? {
                 return Ok(Some(view));
             }
             if tokio::time::Instant::now() >= deadline {
@@ -593,7 +627,6 @@ impl Board {
                 reservation(t, agent, now, ack_timeout)
             })
             .await;
-        self.unreserve(task);
         match result {
             Ok(view) => Ok(Some(view)),
             Err(BoardError::Task(_))
@@ -626,9 +659,21 @@ impl Board {
                 return;
             };
             let waiter = st.waiters.remove(i);
-            if waiter.reply.send(Offer::Look(task)).is_ok() {
-                st.reserving.insert(task);
-                return;
+            st.reserving.insert(task);
+            let mark = Reservation {
+                board: self.clone(),
+                task,
+                armed: true,
+            };
+            match waiter.reply.send(Offer::Look(mark)) {
+                Ok(()) => return,
+                Err(Offer::Look(mark)) => {
+                    // That waiter is gone: clear the mark here (the lock is held) and
+                    // try the next one.
+                    mark.disarm();
+                    st.reserving.remove(&task);
+                }
+                Err(Offer::Reserved(_)) => {}
             }
         }
     }

@@ -14,6 +14,7 @@ mod rest;
 pub mod routes;
 pub mod runs_api;
 mod tokens_api;
+mod views_api;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -274,6 +275,28 @@ pub fn router(
         .route("/api/v1/runs/{run_id}", get(run_status))
         .route("/api/v1/gates/{gate_id}/approve", post(approve_gate))
         .route("/api/v1/gates/{gate_id}/reject", post(reject_gate))
+        .route("/api/v1/views/board", get(views_api::board))
+        .route("/api/v1/views/runs", get(views_api::runs))
+        .route(
+            "/api/v1/views/runs/{run_id}/timeline",
+            get(views_api::timeline),
+        )
+        .route("/api/v1/views/inbox", get(views_api::inbox))
+        .route("/api/v1/views/agents", get(views_api::agents))
+        .route("/api/v1/views/audit", get(views_api::audit))
+        .route(
+            "/api/v1/views/analytics/workflows",
+            get(views_api::workflow_analytics),
+        )
+        .route(
+            "/api/v1/views/analytics/steps",
+            get(views_api::step_analytics),
+        )
+        .route(
+            "/api/v1/views/analytics/agents",
+            get(views_api::agent_analytics),
+        )
+        .route("/api/v1/projections", get(views_api::projections))
         .route("/api/v1/tokens", get(tokens).post(create_token))
         .route("/api/v1/tokens/{name}", delete(revoke_token))
         // `route_service`, not `nest_service`: only `/mcp` itself reaches rmcp, so the

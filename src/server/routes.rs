@@ -14,6 +14,7 @@ use crate::board::wire::*;
 use super::error::ErrorBody;
 use super::runs_api::*;
 use super::tokens_api::*;
+use super::views_api::*;
 
 type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
 
@@ -92,6 +93,23 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(GET "/api/v1/runs/{run_id}", Read, "runs", "A run's status: steps, open gates, outcome.", req: None, res: Some(s::<RunView>), 200),
         route!(POST "/api/v1/gates/{gate_id}/approve", Operate, "runs", "Approve a gate: the run goes on.", req: Some(s::<GateDecisionRequest>), res: Some(s::<RunView>), 200),
         route!(POST "/api/v1/gates/{gate_id}/reject", Operate, "runs", "Reject a gate (a comment is required): its on_reject applies.", req: Some(s::<GateDecisionRequest>), res: Some(s::<RunView>), 200),
+        // views (projections)
+        route!(GET "/api/v1/views/board", Read, "views", "The board from its projection: tasks by column, oldest first.", req: None, res: Some(s::<Page<BoardRow>>), 200,
+            query: &[("status", "Comma-separated statuses"), ("agent", "Assignee"), ("after", "The `next` of the previous page"), ("limit", "1 to 1000 (default 100)")]),
+        route!(GET "/api/v1/views/runs", Read, "views", "Runs, newest first: status, workflow, current step, duration, cost.", req: None, res: Some(s::<Page<RunRow>>), 200,
+            query: &[("status", "Comma-separated statuses"), ("workflow", "Workflow name"), ("since", "RFC 3339: started at or after"), ("until", "RFC 3339: started before"), ("after", "The `next` of the previous page"), ("limit", "1 to 1000 (default 100)")]),
+        route!(GET "/api/v1/views/runs/{run_id}/timeline", Read, "views", "A run's timeline: every step attempt and gate.", req: None, res: Some(s::<Timeline>), 200),
+        route!(GET "/api/v1/views/inbox", Read, "views", "The approval inbox: open gates, oldest first.", req: None, res: Some(s::<Vec<GateRow>>), 200,
+            query: &[("workflow", "Workflow name"), ("limit", "1 to 1000 (default 100)")]),
+        route!(GET "/api/v1/views/agents", Read, "views", "Agents: capabilities, workspace, current task, tasks done, last call.", req: None, res: Some(s::<Vec<AgentRow>>), 200),
+        route!(GET "/api/v1/views/audit", Read, "views", "Who did what and when, newest first.", req: None, res: Some(s::<Page<AuditRow>>), 200,
+            query: &[("actor", "Actor"), ("since", "RFC 3339"), ("until", "RFC 3339"), ("after", "The `next` of the previous page"), ("limit", "1 to 1000 (default 100)")]),
+        route!(GET "/api/v1/views/analytics/workflows", Read, "views", "Per workflow: runs, success rate, p50/p95/max duration, cost, by day.", req: None, res: Some(s::<Vec<WorkflowStats>>), 200,
+            query: &[("workflow", "Workflow name"), ("since", "RFC 3339"), ("until", "RFC 3339")]),
+        route!(GET "/api/v1/views/analytics/steps", Read, "views", "Per step: attempts, failures by class, retries, mean duration.", req: None, res: Some(s::<Vec<StepStats>>), 200,
+            query: &[("workflow", "Workflow name")]),
+        route!(GET "/api/v1/views/analytics/agents", Read, "views", "Per agent: tasks done and failed, review round trips, mean task time.", req: None, res: Some(s::<Vec<AgentStats>>), 200),
+        route!(GET "/api/v1/projections", Read, "views", "Each projection's version, checkpoint and lag.", req: None, res: Some(s::<Vec<crate::projections::ProjectionStatus>>), 200),
         // tokens
         route!(GET "/api/v1/tokens", Admin, "tokens", "Every token (never the secrets).", req: None, res: Some(s::<Vec<TokenView>>), 200),
         route!(POST "/api/v1/tokens", Admin, "tokens", "Create a token; the secret is in this answer only.", req: Some(s::<CreateTokenRequest>), res: Some(s::<CreatedToken>), 201),

@@ -28,6 +28,7 @@ use crate::support::{Backend, TestStore, on_both_stores, wait_for};
 on_both_stores!(worker_threads = 4;
     a_rebuilt_projection_equals_the_live_one_row_for_row,
     lag_returns_to_zero_after_a_burst,
+    the_views_follow_a_run_and_a_task_live,
 );
 
 /// Every view's rows, ordered by their keys.
@@ -393,4 +394,129 @@ async fn lag_returns_to_zero_after_a_burst(backend: Backend) {
     assert_eq!(rows[0]["n"], 400);
     let _ = stop.send(true);
     runner.await.unwrap().unwrap();
+}
+
+const GATED: &str = r#"
+name: gated
+version: "1.0.0"
+steps:
+  - id: build
+    type: tool
+    tool: echo
+    inputs: {message: "built"}
+  - id: approve
+    type: gate
+    message: "Ship it?"
+  - id: ship
+    type: tool
+    tool: noop
+"#;
+
+/// The view endpoints answer from the projections that `awl serve` keeps live: a run
+/// waits in the inbox, is approved over the API, and its timeline, the runs list, the
+/// board, agents, analytics and the audit trail all show it.
+async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
+    use awl::server::{self, ServeConfig};
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gated.awl.yaml");
+    std::fs::write(&file, GATED).unwrap();
+    definitions::register_file(&t.store, &file, "test", Utc::now())
+        .await
+        .unwrap();
+    let mut config = ServeConfig::new("127.0.0.1:0".parse().unwrap());
+    config.worker = Some(WorkerConfig::new("serve"));
+    let server = server::start(
+        t.store.clone(),
+        config,
+        Runners::new(RunnersConfig::default()),
+        system_clock(),
+    )
+    .await
+    .unwrap();
+    let base = format!("http://{}", server.addr);
+    let http = reqwest::Client::new();
+    let get = |path: &str| {
+        let request = http.get(format!("{base}{path}"));
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let post = |path: &str, body: Value| {
+        let request = http.post(format!("{base}{path}")).json(&body);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let started = post("/api/v1/runs", json!({"workflow": "gated"})).await;
+    let run_id = started["run_id"].as_str().unwrap().to_string();
+    let gate = wait_for(30, "the gate in the inbox", async || {
+        let inbox = get("/api/v1/views/inbox").await;
+        inbox
+            .as_array()
+            .and_then(|g| g.first())
+            .map(|g| g["gate_id"].as_str().unwrap().to_string())
+    })
+    .await;
+    post(
+        "/api/v1/agents",
+        json!({"agent_id": "a", "capabilities": []}),
+    )
+    .await;
+    post("/api/v1/tasks", json!({"prompt": "look at the release"})).await;
+    post(&format!("/api/v1/gates/{gate}/approve"), json!({})).await;
+    let runs = wait_for(30, "the run to succeed in the runs view", async || {
+        let runs = get("/api/v1/views/runs").await;
+        (runs["rows"][0]["status"] == "SUCCEEDED").then_some(runs)
+    })
+    .await;
+    assert_eq!(runs["rows"][0]["run_id"], run_id.as_str());
+    assert!(runs["rows"][0]["duration_ms"].as_i64().unwrap() >= 0);
+    let timeline = get(&format!("/api/v1/views/runs/{run_id}/timeline")).await;
+    let steps: Vec<&str> = timeline["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["build", "approve", "ship"], "{timeline}");
+    assert_eq!(timeline["gates"][0]["decision"], "APPROVED");
+    assert_eq!(timeline["gates"][0]["decided_by"], "local");
+    assert!(
+        timeline["steps"][0]["output_summary"]
+            .as_str()
+            .unwrap()
+            .contains("built")
+    );
+    let inbox = get("/api/v1/views/inbox").await;
+    assert_eq!(
+        inbox.as_array().unwrap().len(),
+        0,
+        "the approved gate left the inbox"
+    );
+    let board = wait_for(30, "the task on the board view", async || {
+        let board = get("/api/v1/views/board?status=QUEUED").await;
+        (board["rows"].as_array().unwrap().len() == 1).then_some(board)
+    })
+    .await;
+    assert_eq!(board["rows"][0]["prompt"], "look at the release");
+    let agents = get("/api/v1/views/agents").await;
+    assert_eq!(agents[0]["agent_id"], "a");
+    assert!(agents[0]["last_seen_at"].is_string(), "{agents}");
+    let stats = get("/api/v1/views/analytics/workflows").await;
+    assert_eq!(
+        (
+            stats[0]["workflow"].as_str(),
+            stats[0]["runs"].as_i64(),
+            stats[0]["success_rate"].as_f64()
+        ),
+        (Some("gated"), Some(1), Some(1.0)),
+        "{stats}"
+    );
+    let steps = get("/api/v1/views/analytics/steps?workflow=gated").await;
+    assert_eq!(steps.as_array().unwrap().len(), 3, "{steps}");
+    let per_agent = get("/api/v1/views/analytics/agents").await;
+    assert!(per_agent.is_array(), "{per_agent}");
+    let audit = get("/api/v1/views/audit?actor=local&limit=2").await;
+    assert_eq!(audit["rows"].as_array().unwrap().len(), 2);
+    assert!(audit["next"].is_string());
+    let status = get("/api/v1/projections").await;
+    assert_eq!(status.as_array().unwrap().len(), 4);
+    server.shutdown().await.unwrap();
 }
