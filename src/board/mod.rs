@@ -235,6 +235,12 @@ impl Board {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Changes to `true` when the board closes (the server is stopping): long-lived
+    /// responses such as event streams end then.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.inner.closed.subscribe()
+    }
+
     /// End every wait (with no task) and refuse new ones: the server is stopping.
     pub fn close(&self) {
         let _ = self.inner.closed.send(true);

@@ -13,6 +13,7 @@ mod extract;
 mod rest;
 pub mod routes;
 pub mod runs_api;
+mod sse;
 mod tokens_api;
 mod views_api;
 
@@ -297,6 +298,8 @@ pub fn router(
             get(views_api::agent_analytics),
         )
         .route("/api/v1/projections", get(views_api::projections))
+        .route("/api/v1/events/stream", get(sse::log_stream))
+        .route("/api/v1/views/{view}/stream", get(sse::view_stream))
         .route("/api/v1/tokens", get(tokens).post(create_token))
         .route("/api/v1/tokens/{name}", delete(revoke_token))
         // `route_service`, not `nest_service`: only `/mcp` itself reaches rmcp, so the

@@ -109,6 +109,10 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(GET "/api/v1/views/analytics/steps", Read, "views", "Per step: attempts, failures by class, retries, mean duration.", req: None, res: Some(s::<Vec<StepStats>>), 200,
             query: &[("workflow", "Workflow name")]),
         route!(GET "/api/v1/views/analytics/agents", Read, "views", "Per agent: tasks done and failed, review round trips, mean task time.", req: None, res: Some(s::<Vec<AgentStats>>), 200),
+        route!(GET "/api/v1/events/stream", Read, "live", "The log as Server-Sent Events (id = position; resume with Last-Event-ID).", req: None, res: None, 200,
+            query: &[("after", "Start after this position (default: the head)"), ("stream_type", "Comma-separated stream types")]),
+        route!(GET "/api/v1/views/{view}/stream", Read, "live", "A view's changes as Server-Sent Events, each sent once the view's projection applied it (board, runs, inbox, timeline, analytics, agents, audit).", req: None, res: None, 200,
+            query: &[("after", "Start after this position (default: the head)")]),
         route!(GET "/api/v1/projections", Read, "views", "Each projection's version, checkpoint and lag.", req: None, res: Some(s::<Vec<crate::projections::ProjectionStatus>>), 200),
         // tokens
         route!(GET "/api/v1/tokens", Admin, "tokens", "Every token (never the secrets).", req: None, res: Some(s::<Vec<TokenView>>), 200),

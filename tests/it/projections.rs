@@ -29,6 +29,7 @@ on_both_stores!(worker_threads = 4;
     a_rebuilt_projection_equals_the_live_one_row_for_row,
     lag_returns_to_zero_after_a_burst,
     the_views_follow_a_run_and_a_task_live,
+    live_streams_resume_and_follow_the_views,
 );
 
 /// Every view's rows, ordered by their keys.
@@ -519,4 +520,135 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
     let status = get("/api/v1/projections").await;
     assert_eq!(status.as_array().unwrap().len(), 4);
     server.shutdown().await.unwrap();
+}
+
+/// Read SSE messages (`id`, `event`, `data`) from a response until `n` have come.
+async fn sse_messages(response: reqwest::Response, n: usize) -> Vec<(String, String, Value)> {
+    use futures_util::StreamExt;
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let chunk = crate::support::within(10, "an SSE message", body.next())
+            .await
+            .expect("the stream goes on")
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let (mut id, mut event, mut data) = (String::new(), String::new(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    event = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim());
+                }
+            }
+            if !id.is_empty() {
+                out.push((
+                    id,
+                    event,
+                    serde_json::from_str(&data).unwrap_or(Value::Null),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The log's event stream resumes after `Last-Event-ID`; a view's stream says what
+/// changed once the view shows it; both end when the server stops.
+async fn live_streams_resume_and_follow_the_views(backend: Backend) {
+    use awl::server::{self, ServeConfig};
+    let t = TestStore::new(backend).await;
+    let server = server::start(
+        t.store.clone(),
+        ServeConfig::new("127.0.0.1:0".parse().unwrap()),
+        Runners::new(RunnersConfig::default()),
+        system_clock(),
+    )
+    .await
+    .unwrap();
+    let base = format!("http://{}", server.addr);
+    let http = reqwest::Client::new();
+    let send = |prompt: &str| {
+        let request = http
+            .post(format!("{base}/api/v1/tasks"))
+            .json(&json!({"prompt": prompt}));
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let log = http
+        .get(format!("{base}/api/v1/events/stream?after=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(log.headers()["content-type"], "text/event-stream");
+    let view = http
+        .get(format!("{base}/api/v1/views/board/stream"))
+        .send()
+        .await
+        .unwrap();
+    let first = send("one").await;
+    send("two").await;
+    let messages = sse_messages(log, 2).await;
+    assert_eq!(messages[0].1, "task.queued");
+    assert_eq!(messages[0].2["stream_id"], first["task_id"]);
+    let first_position = messages[0].0.clone();
+    // The view's message comes once the board view has the task.
+    let changed = sse_messages(view, 1).await;
+    assert_eq!(changed[0].1, "changed");
+    let rows = t
+        .store
+        .query_rows(
+            "SELECT task_id FROM board_tasks WHERE task_id = ?",
+            &[awl::store::rows::Param::from(
+                first["task_id"].as_str().unwrap(),
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.len(),
+        1,
+        "the message came before the view had the change"
+    );
+    // Resume after the first event: the second comes next, not the first again.
+    let resumed = http
+        .get(format!("{base}/api/v1/events/stream"))
+        .header("last-event-id", &first_position)
+        .send()
+        .await
+        .unwrap();
+    let next = sse_messages(resumed, 1).await;
+    assert_eq!(
+        next[0].0.parse::<i64>().unwrap(),
+        first_position.parse::<i64>().unwrap() + 1
+    );
+    let (status, body) = {
+        let r = http
+            .get(format!("{base}/api/v1/views/nothing/stream"))
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(
+        (status.as_u16(), body["error"]["code"].as_str()),
+        (404, Some("no_view"))
+    );
+    // An open stream does not hold up a graceful stop.
+    let _open = http
+        .get(format!("{base}/api/v1/events/stream"))
+        .send()
+        .await
+        .unwrap();
+    crate::support::within(
+        10,
+        "the server to stop with a stream open",
+        server.shutdown(),
+    )
+    .await
+    .unwrap();
 }
