@@ -544,10 +544,13 @@ impl Board {
                     });
                 };
                 let now = self.now();
-                let queued = st.view.queued();
+                let state = &*st;
                 let best = best_task_for(
                     &profile,
-                    queued.iter().filter(|t| !st.reserving.contains(&t.task_id)),
+                    state
+                        .view
+                        .queued()
+                        .filter(|t| !state.reserving.contains(&t.task_id)),
                     now,
                     self.inner.config.hint_grace,
                 )
@@ -931,7 +934,6 @@ impl Board {
             let hinted: Vec<TaskId> = st
                 .view
                 .queued()
-                .into_iter()
                 .filter(|t| t.agent_hint.is_some() && t.queued_at + grace <= now)
                 .map(|t| t.task_id)
                 .collect();

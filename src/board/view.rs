@@ -6,7 +6,7 @@
 //! Events are applied by stream version, so applying one twice changes nothing, and a
 //! version that skips ahead is reported as a gap for the caller to reload the stream.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use cqrs_es::Aggregate;
 
@@ -40,7 +40,8 @@ pub enum Applied {
 pub struct BoardView {
     tasks: HashMap<TaskId, Entry<Task>>,
     agents: HashMap<AgentId, Entry<Agent>>,
-    queued: HashSet<TaskId>,
+    /// The queued tasks as matching sees them, kept up to date on every change.
+    queued: BTreeMap<TaskId, QueuedTask>,
     held: HashSet<TaskId>,
 }
 
@@ -112,10 +113,13 @@ impl BoardView {
 
     fn reindex(&mut self, id: TaskId) {
         let status = self.tasks.get(&id).and_then(|e| e.state.status());
-        if status == Some(TaskStatus::Queued) {
-            self.queued.insert(id);
-        } else {
-            self.queued.remove(&id);
+        match self.tasks.get(&id) {
+            Some(e) if status == Some(TaskStatus::Queued) => {
+                self.queued.insert(id, queued_task(id, &e.state));
+            }
+            _ => {
+                self.queued.remove(&id);
+            }
         }
         if matches!(
             status,
@@ -155,18 +159,12 @@ impl BoardView {
 
     /// A task as matching sees it, if it is queued.
     pub fn queued_task(&self, id: &TaskId) -> Option<QueuedTask> {
-        if !self.queued.contains(id) {
-            return None;
-        }
-        self.tasks.get(id).map(|e| queued_task(*id, &e.state))
+        self.queued.get(id).cloned()
     }
 
-    /// Every queued task, as matching sees it.
-    pub fn queued(&self) -> Vec<QueuedTask> {
-        self.queued
-            .iter()
-            .filter_map(|id| self.tasks.get(id).map(|e| queued_task(*id, &e.state)))
-            .collect()
+    /// Every queued task, as matching sees it (no copies: waits scan this often).
+    pub fn queued(&self) -> impl Iterator<Item = &QueuedTask> {
+        self.queued.values()
     }
 
     /// An active agent as matching sees it.
