@@ -8,6 +8,7 @@
 //! the worker (which gives its runs back) and closes the store.
 
 mod auth_layer;
+mod dashboard;
 mod error;
 mod extract;
 mod rest;
@@ -249,6 +250,9 @@ pub fn router(
         },
     );
     Router::new()
+        .route("/", get(dashboard::index))
+        .route("/assets/app.js", get(dashboard::app))
+        .route("/assets/style.css", get(dashboard::style))
         .route("/health", get(health))
         .route("/api/v1/health", get(health))
         .route("/api/v1/openapi.json", get(openapi_doc))

@@ -65,6 +65,9 @@ pub fn routes() -> Vec<RouteSpec> {
     vec![
         route!(GET "/health", Public, "server", "Liveness: the server answers.", req: None, res: Some(s::<Health>), 200),
         route!(GET "/api/v1/health", Public, "server", "Liveness and the store's backend.", req: None, res: Some(s::<Health>), 200),
+        route!(GET "/", Public, "dashboard", "The dashboard (its data comes from the API, with the browser's token).", req: None, res: None, 200),
+        route!(GET "/assets/app.js", Public, "dashboard", "The dashboard's script.", req: None, res: None, 200),
+        route!(GET "/assets/style.css", Public, "dashboard", "The dashboard's styles.", req: None, res: None, 200),
         route!(GET "/api/v1/openapi.json", Public, "server", "This document.", req: None, res: None, 200),
         // agents
         route!(POST "/api/v1/agents", Work, "agents", "Register an agent or update its capabilities and workspace (idempotent).", req: Some(s::<RegisterRequest>), res: Some(s::<AgentView>), 200),

@@ -15,6 +15,7 @@
 mod board;
 mod board_cli;
 mod conformance;
+mod dashboard;
 mod examples;
 mod executor;
 mod mcp;

@@ -1,0 +1,340 @@
+// The awl dashboard: views of the projections, updated live over Server-Sent Events.
+// No framework and no build step: the server embeds this file as it is.
+"use strict";
+
+const STATUSES = ["QUEUED", "ASSIGNED", "PENDING_ACK", "IN_PROGRESS", "BLOCKED", "IN_REVIEW",
+  "APPROVED", "COMPLETED", "FAILED", "CANCELLED"];
+const TOKEN_KEY = "awl.token";
+const $ = (id) => document.getElementById(id);
+let current = "board";
+let openRun = null;
+
+// ---- the API, with the token kept in this browser ---------------------------------------
+
+function token() { return localStorage.getItem(TOKEN_KEY); }
+
+function headers(extra) {
+  const h = Object.assign({ "accept": "application/json" }, extra || {});
+  if (token()) h["authorization"] = "Bearer " + token();
+  return h;
+}
+
+class NeedToken extends Error {}
+
+async function api(path, options) {
+  const opts = Object.assign({}, options || {});
+  opts.headers = headers(opts.headers);
+  const response = await fetch(path, opts);
+  if (response.status === 401) throw new NeedToken();
+  const body = await response.json().catch(() => null);
+  if (!response.ok) {
+    const message = body && body.error ? body.error.message : response.statusText;
+    throw new Error(message);
+  }
+  return body;
+}
+
+function askToken(error) {
+  const dialog = $("token-dialog");
+  $("token-error").hidden = !error;
+  $("token-error").textContent = error || "";
+  if (!dialog.open) dialog.showModal();
+  $("token-input").focus();
+}
+
+$("token-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  localStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
+  try {
+    await api("/api/v1/views/board?limit=1");
+    $("token-dialog").close();
+    start();
+  } catch (e) {
+    localStorage.removeItem(TOKEN_KEY);
+    askToken(e instanceof NeedToken ? "That token is unknown or revoked." : e.message);
+  }
+});
+
+$("sign-out").addEventListener("click", () => { localStorage.removeItem(TOKEN_KEY); location.reload(); });
+
+// ---- formatting --------------------------------------------------------------------------
+
+function esc(text) {
+  return String(text === null || text === undefined ? "" : text)
+    .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+}
+function ago(time) {
+  if (!time) return "";
+  const s = Math.max(0, (Date.now() - Date.parse(time)) / 1000);
+  if (s < 60) return Math.round(s) + "s";
+  if (s < 3600) return Math.round(s / 60) + "m";
+  if (s < 86400) return Math.round(s / 3600) + "h";
+  return Math.round(s / 86400) + "d";
+}
+function ms(value) {
+  if (value === null || value === undefined) return "";
+  if (value < 1000) return Math.round(value) + " ms";
+  if (value < 60000) return (value / 1000).toFixed(1) + " s";
+  return (value / 60000).toFixed(1) + " min";
+}
+function when(time) { return time ? new Date(time).toLocaleString() : ""; }
+function status(s) { return `<span class="status s-${esc(s)}">${esc(s)}</span>`; }
+function list(json) { try { return JSON.parse(json || "[]"); } catch { return []; } }
+
+// ---- the views ------------------------------------------------------------------------------
+
+async function loadBoard() {
+  const page = await api("/api/v1/views/board?limit=1000");
+  const byStatus = {};
+  for (const t of page.rows) (byStatus[t.status] = byStatus[t.status] || []).push(t);
+  $("columns").innerHTML = STATUSES.map((s) => {
+    const cards = (byStatus[s] || []).map((t) => `
+      <div class="card" data-task="${esc(t.task_id)}">
+        <div class="prompt">${esc(t.prompt)}</div>
+        <div class="meta">
+          ${t.assignee ? `<span>@${esc(t.assignee)}</span>` : ""}
+          ${list(t.capabilities).map((c) => `<span class="chip">${esc(c)}</span>`).join("")}
+          ${t.repository ? `<span>${esc(t.repository)}${t.branch ? "#" + esc(t.branch) : ""}</span>` : ""}
+          <span title="${esc(when(t.status_since))}">${ago(t.status_since || t.queued_at)}</span>
+        </div>
+        ${t.question ? `<div class="question">asks: ${esc(t.question)}</div>` : ""}
+      </div>`).join("");
+    return `<div class="column" data-status="${s}"><h3>${s.replace("_", " ")}<span>${(byStatus[s] || []).length}</span></h3>${cards}</div>`;
+  }).join("");
+}
+
+async function loadRuns() {
+  const filter = $("run-status").value;
+  const page = await api("/api/v1/views/runs?limit=200" + (filter ? "&status=" + filter : ""));
+  $("run-rows").innerHTML = page.rows.map((r) => `
+    <tr class="click" data-run="${esc(r.run_id)}">
+      <td><code>${esc(r.run_id.slice(0, 8))}</code></td>
+      <td>${esc(r.workflow)} <span class="meta">${esc(r.workflow_version)}</span></td>
+      <td>${status(r.status)}</td>
+      <td>${esc(r.current_step || "")}</td>
+      <td title="${esc(when(r.started_at))}">${ago(r.started_at)} ago</td>
+      <td>${ms(r.duration_ms)}</td>
+      <td>${r.cost_usd ? "$" + r.cost_usd.toFixed(4) : ""}</td>
+    </tr>`).join("") || `<tr><td colspan="7" class="empty">no runs yet</td></tr>`;
+  for (const row of document.querySelectorAll("#run-rows tr.click")) {
+    row.addEventListener("click", () => { openRun = row.dataset.run; loadTimeline(); });
+  }
+  if (openRun) await loadTimeline();
+}
+
+async function loadTimeline() {
+  const t = await api(`/api/v1/views/runs/${encodeURIComponent(openRun)}/timeline`);
+  $("timeline").hidden = false;
+  $("timeline-title").innerHTML = `${esc(t.run.workflow)} <code>${esc(t.run.run_id)}</code> ${status(t.run.status)}`;
+  drawTimeline(t);
+  $("timeline-rows").innerHTML = t.steps.map((s) => `
+    <tr><td>${esc(s.step_id)}</td><td>${s.attempt}</td><td>${status(s.outcome || "RUNNING")}</td>
+    <td>${ms(s.duration_ms)}</td><td>${esc(s.error_class ? s.error_class + ": " + (s.error || "") : "")}</td>
+    <td><code>${esc(s.output_summary || "")}</code></td></tr>`).join("");
+  $("timeline-gates").innerHTML = t.gates.map((g) => `
+    <p>gate <b>${esc(g.step_id)}</b>: ${esc(g.message)} —
+    ${g.decision ? `${status(g.decision)} by ${esc(g.decided_by || "")} ${esc(when(g.decided_at))}${g.comment ? ": " + esc(g.comment) : ""}` : status("WAITING")}</p>`).join("");
+}
+
+// A chart of steps over time: one row per step, one bar per attempt.
+function drawTimeline(t) {
+  const svg = $("timeline-chart");
+  const steps = [...new Set(t.steps.map((s) => s.step_id))];
+  const times = t.steps.flatMap((s) => [s.scheduled_at, s.started_at, s.ended_at]).filter(Boolean).map(Date.parse);
+  const t0 = Math.min(...times, Date.parse(t.run.started_at || new Date().toISOString()));
+  const end = Math.max(...times, t.run.finished_at ? Date.parse(t.run.finished_at) : Date.now());
+  const width = svg.clientWidth || 900, left = 140, row = 26, height = steps.length * row + 30;
+  const span = Math.max(1, end - t0);
+  const x = (time) => left + ((time - t0) / span) * (width - left - 20);
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("height", height);
+  const colour = { SUCCEEDED: "#2f9e44", FAILED: "#e03131", SKIPPED: "#adb5bd" };
+  let out = "";
+  steps.forEach((id, i) => {
+    const y = 10 + i * row;
+    out += `<text x="8" y="${y + 14}">${esc(id)}</text>`;
+    for (const s of t.steps.filter((s) => s.step_id === id)) {
+      const a = Date.parse(s.started_at || s.scheduled_at);
+      const b = s.ended_at ? Date.parse(s.ended_at) : Date.now();
+      const w = Math.max(3, x(b) - x(a));
+      out += `<rect class="bar" x="${x(a)}" y="${y}" width="${w}" height="18" rx="3" fill="${colour[s.outcome] || "#3b5bdb"}"><title>${esc(id)} attempt ${s.attempt}: ${esc(s.outcome || "running")} ${ms(s.duration_ms)}</title></rect>`;
+    }
+  });
+  out += `<text x="${left}" y="${height - 4}">0</text><text x="${width - 80}" y="${height - 4}">${ms(span)}</text>`;
+  svg.innerHTML = out;
+}
+
+async function loadInbox() {
+  const gates = await api("/api/v1/views/inbox");
+  $("inbox-count").hidden = gates.length === 0;
+  $("inbox-count").textContent = gates.length;
+  $("gates").innerHTML = gates.map((g) => `
+    <div class="gate" data-gate="${esc(g.gate_id)}">
+      <div class="message">${esc(g.message)}</div>
+      <div class="meta">${esc(g.workflow)} · step ${esc(g.step_id)} · opened ${ago(g.opened_at)} ago
+        ${list(g.approvers).length ? " · approvers: " + list(g.approvers).map(esc).join(", ") : ""}
+        ${g.expires_at ? " · expires " + esc(when(g.expires_at)) : ""}</div>
+      <button class="approve">Approve</button><button class="reject">Reject</button>
+    </div>`).join("") || `<p class="empty">No gates are waiting.</p>`;
+  for (const card of document.querySelectorAll(".gate")) {
+    const id = card.dataset.gate;
+    card.querySelector(".approve").addEventListener("click", () => decide(id, "approve", {}));
+    card.querySelector(".reject").addEventListener("click", () => {
+      const comment = prompt("Why reject it?");
+      if (comment) decide(id, "reject", { comment });
+    });
+  }
+}
+
+async function decide(gate, how, body) {
+  try {
+    await api(`/api/v1/gates/${encodeURIComponent(gate)}/${how}`, {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+    });
+    await loadInbox();
+  } catch (e) {
+    alert(`Could not ${how} the gate: ${e.message}`);
+  }
+}
+
+async function loadAnalytics() {
+  const [workflows, steps, agents] = await Promise.all([
+    api("/api/v1/views/analytics/workflows"), api("/api/v1/views/analytics/steps"), api("/api/v1/views/analytics/agents"),
+  ]);
+  $("workflow-stats").innerHTML = `<div class="stats">${workflows.map((w) => `
+    <div class="stat"><h2>${esc(w.workflow)}</h2>
+      <div class="numbers">
+        <div><b>${w.runs}</b><span>runs</span></div>
+        <div><b>${w.success_rate === null ? "–" : Math.round(w.success_rate * 100) + "%"}</b><span>success</span></div>
+        <div><b>${ms(w.p50_ms)}</b><span>p50</span></div>
+        <div><b>${ms(w.p95_ms)}</b><span>p95</span></div>
+        <div><b>${ms(w.max_ms)}</b><span>max</span></div>
+        <div><b>$${w.cost_usd.toFixed(2)}</b><span>cost</span></div>
+      </div>${dayChart(w.by_day)}</div>`).join("") || `<p class="empty">No runs yet.</p>`}</div>`;
+  $("step-rows").innerHTML = steps.map((s) => `
+    <tr><td>${esc(s.workflow)}</td><td>${esc(s.step_id)}</td><td>${s.attempts}</td><td>${s.failures}</td><td>${s.retries}</td>
+    <td>${ms(s.mean_ms)}</td><td>${Object.entries(s.failures_by_class).map(([k, v]) => `${esc(k)}: ${v}`).join(", ")}</td></tr>`).join("");
+  $("agent-stat-rows").innerHTML = agents.map((a) => `
+    <tr><td>${esc(a.agent_id)}</td><td>${a.tasks_done}</td><td>${a.tasks_failed}</td><td>${a.review_round_trips}</td><td>${ms(a.mean_task_ms)}</td></tr>`).join("");
+}
+
+// Bars of runs per day, green for the share that succeeded, with the p50 duration as a line.
+function dayChart(days) {
+  if (!days.length) return "";
+  const width = 340, height = 90, bar = Math.max(4, Math.min(28, (width - 20) / days.length - 4));
+  const most = Math.max(...days.map((d) => d.runs), 1);
+  const slowest = Math.max(...days.map((d) => d.p50_ms || 0), 1);
+  let out = "", line = [];
+  days.forEach((d, i) => {
+    const x = 10 + i * (bar + 4), h = (d.runs / most) * (height - 25), ok = (d.succeeded / most) * (height - 25);
+    out += `<rect x="${x}" y="${height - 15 - h}" width="${bar}" height="${h}" fill="#ffc9c9"><title>${d.day}: ${d.runs} runs, ${d.failed} failed</title></rect>`;
+    out += `<rect x="${x}" y="${height - 15 - ok}" width="${bar}" height="${ok}" fill="#8ce99a"></rect>`;
+    if (d.p50_ms !== null) line.push(`${x + bar / 2},${height - 15 - (d.p50_ms / slowest) * (height - 25)}`);
+  });
+  if (line.length > 1) out += `<polyline points="${line.join(" ")}" fill="none" stroke="#3b5bdb" stroke-width="1.5"></polyline>`;
+  out += `<text x="10" y="${height - 2}">${esc(days[0].day)}</text>`;
+  return `<svg class="chart" viewBox="0 0 ${width} ${height}" height="${height}">${out}</svg>`;
+}
+
+async function loadAgents() {
+  const agents = await api("/api/v1/views/agents");
+  $("agent-rows").innerHTML = agents.map((a) => `
+    <tr><td>${esc(a.agent_id)}</td><td>${status(a.status)}</td>
+    <td>${list(a.capabilities).map((c) => `<span class="chip">${esc(c)}</span>`).join(" ")}</td>
+    <td>${esc(a.repository || "")}${a.branch ? "#" + esc(a.branch) : ""}</td>
+    <td>${a.current_task ? `<code>${esc(a.current_task.slice(0, 8))}</code>` : ""}</td>
+    <td>${a.tasks_done}</td><td>${a.last_seen_at ? ago(a.last_seen_at) + " ago" : ""}</td></tr>`).join("")
+    || `<tr><td colspan="7" class="empty">no agents registered</td></tr>`;
+}
+
+const LOADERS = { board: loadBoard, runs: loadRuns, inbox: loadInbox, analytics: loadAnalytics, agents: loadAgents };
+// Which view streams each tab listens to.
+// Three streams at most: a browser keeps only six connections to one server.
+const STREAMS = { board: ["board"], runs: ["runs"], inbox: ["runs"], analytics: ["runs", "board"], agents: ["agents", "board"] };
+
+async function refresh(tab) {
+  try {
+    await LOADERS[tab]();
+  } catch (e) {
+    if (e instanceof NeedToken) askToken();
+    else console.error(e);
+  }
+}
+
+// ---- live updates: SSE read with fetch (EventSource cannot send the token) ---------------------
+
+const pending = {};
+function soon(tab) {
+  clearTimeout(pending[tab]);
+  pending[tab] = setTimeout(() => { if (tab === current || tab === "inbox") refresh(tab); }, 120);
+}
+
+async function follow(view, onChange) {
+  let last = null;
+  for (;;) {
+    try {
+      const h = headers({ "accept": "text/event-stream" });
+      if (last) h["last-event-id"] = last;
+      const response = await fetch(`/api/v1/views/${view}/stream`, { headers: h });
+      if (response.status === 401) { askToken(); return; }
+      $("live").classList.add("on");
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let text = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += decoder.decode(value, { stream: true });
+        let end;
+        while ((end = text.indexOf("\n\n")) >= 0) {
+          const block = text.slice(0, end);
+          text = text.slice(end + 2);
+          const id = block.split("\n").find((l) => l.startsWith("id:"));
+          if (id) { last = id.slice(3).trim(); onChange(); }
+        }
+      }
+    } catch (e) {
+      console.warn("stream", view, e);
+    }
+    $("live").classList.remove("on");
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+// ---- tabs and start-up ------------------------------------------------------------------------
+
+function show(tab) {
+  current = tab;
+  for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === tab);
+  for (const s of document.querySelectorAll(".tab")) s.classList.toggle("active", s.id === tab);
+  location.hash = tab;
+  refresh(tab);
+}
+
+for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => show(b.dataset.tab));
+$("run-status").addEventListener("change", () => refresh("runs"));
+
+let started = false;
+async function start() {
+  try {
+    await api("/api/v1/views/board?limit=1");
+  } catch (e) {
+    if (e instanceof NeedToken) { askToken(); return; }
+  }
+  if (started) return;
+  started = true;
+  $("sign-out").hidden = !token();
+  const wanted = (location.hash || "#board").slice(1);
+  show(wanted in LOADERS ? wanted : "board");
+  refresh("inbox");
+  const views = new Set(Object.values(STREAMS).flat());
+  for (const view of views) {
+    follow(view, () => {
+      for (const [tab, streams] of Object.entries(STREAMS)) if (streams.includes(view)) soon(tab);
+    });
+  }
+  // Ages ("3m") go stale without events: redraw the current tab now and then.
+  setInterval(() => refresh(current), 30000);
+}
+
+start();

@@ -1,0 +1,101 @@
+// The dashboard in a real browser: Debian's headless Chromium driven by playwright-core.
+// tests/it/dashboard.rs starts `awl serve` with auth on and runs this with
+//   AWL_URL, AWL_TOKEN (an operator's), AWL_CHROMIUM, AWL_SCREENSHOTS (a directory).
+// It signs in through the token prompt, watches the board and a run's timeline change
+// without a reload, approves the run's gate by clicking, and sees the run finish.
+// Any failed check exits non-zero with a message.
+import { chromium } from "playwright-core";
+
+const url = process.env.AWL_URL;
+const token = process.env.AWL_TOKEN;
+const shots = process.env.AWL_SCREENSHOTS;
+const fail = (message) => { console.error("dashboard test failed: " + message); process.exit(1); };
+if (!url || !token || !shots || !process.env.AWL_CHROMIUM) fail("set AWL_URL, AWL_TOKEN, AWL_SCREENSHOTS and AWL_CHROMIUM");
+
+async function api(method, path, body) {
+  const response = await fetch(url + path, {
+    method,
+    headers: { "authorization": "Bearer " + token, "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = await response.json();
+  if (!response.ok) fail(`${method} ${path} answered ${response.status}: ${JSON.stringify(json)}`);
+  return json;
+}
+
+async function step(what, action) {
+  try {
+    return await action();
+  } catch (e) {
+    await page.screenshot({ path: `${shots}/failed.png`, fullPage: true }).catch(() => {});
+    fail(`${what}: ${e.message}`);
+  }
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.AWL_CHROMIUM,
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+const errors = [];
+page.on("pageerror", (e) => errors.push(e.message));
+
+await step("open the dashboard", () => page.goto(url, { waitUntil: "domcontentloaded" }));
+await step("the token prompt appears", () => page.waitForSelector("#token-dialog[open]", { timeout: 10000 }));
+await page.fill("#token-input", "awl_not_a_token");
+await page.click("#token-form button[type=submit]");
+await step("a wrong token is refused", () => page.waitForSelector("#token-error:not([hidden])", { timeout: 10000 }));
+await page.fill("#token-input", token);
+await page.click("#token-form button[type=submit]");
+await step("the right token signs in", () => page.waitForSelector("#token-dialog", { state: "hidden", timeout: 10000 }));
+const stored = await page.evaluate(() => localStorage.getItem("awl.token"));
+if (stored !== token) fail("the token was not kept in the browser");
+await step("the board shows its columns", () => page.waitForSelector(".column[data-status=QUEUED]", { timeout: 10000 }));
+await step("the live stream connects", () => page.waitForSelector("#live.on", { timeout: 10000 }));
+// A marker that a reload would wipe out.
+await page.evaluate(() => { window.__noReload = true; });
+
+// The board changes without a reload.
+await api("POST", "/api/v1/tasks", { prompt: "Review the release notes", capabilities: ["docs"] });
+await step("a sent task appears on the board", () =>
+  page.waitForSelector(".column[data-status=QUEUED] .card:has-text('Review the release notes')", { timeout: 10000 }));
+await page.screenshot({ path: `${shots}/board.png`, fullPage: true });
+
+// A run that waits at a gate: its timeline.
+const run = await api("POST", "/api/v1/runs", { workflow: "browser-release", inputs: { version: "2.4.0" } });
+await page.click("#tabs button[data-tab=runs]");
+const row = `tr[data-run="${run.run_id}"]`;
+await step("the run waits at its gate in the runs list", () => page.waitForSelector(`${row} .s-WAITING`, { timeout: 20000 }));
+await page.click(row);
+await step("the timeline chart draws the steps", () => page.waitForSelector("#timeline-chart rect.bar", { timeout: 10000 }));
+const before = await page.locator("#timeline-rows tr").count();
+await page.screenshot({ path: `${shots}/timeline-waiting.png`, fullPage: true });
+
+// The inbox: approve by clicking.
+await page.click("#tabs button[data-tab=inbox]");
+await step("the gate is in the inbox", () => page.waitForSelector(".gate:has-text('Release 2.4.0?') button.approve", { timeout: 10000 }));
+await page.screenshot({ path: `${shots}/inbox.png`, fullPage: true });
+await page.click(".gate:has-text('Release 2.4.0?') button.approve");
+await step("the approved gate leaves the inbox", () => page.waitForSelector(".gate", { state: "detached", timeout: 10000 }));
+
+// The run finishes, and its timeline grows, without a reload.
+await page.click("#tabs button[data-tab=runs]");
+await step("the run succeeds", () => page.waitForSelector(`${row} .s-SUCCEEDED`, { timeout: 20000 }));
+await step("the timeline shows the steps after the gate", async () => {
+  await page.waitForFunction((n) => document.querySelectorAll("#timeline-rows tr").length > n, before, { timeout: 10000 });
+  await page.waitForSelector("#timeline-gates .s-APPROVED", { timeout: 10000 });
+});
+await page.screenshot({ path: `${shots}/run-finished.png`, fullPage: true });
+
+await page.click("#tabs button[data-tab=analytics]");
+await step("analytics draws a chart", () => page.waitForSelector(".stat:has-text('browser-release') svg.chart rect", { timeout: 10000 }));
+await page.screenshot({ path: `${shots}/analytics.png`, fullPage: true });
+await page.click("#tabs button[data-tab=agents]");
+await step("the agents tab renders", () => page.waitForSelector("#agent-rows tr", { timeout: 10000 }));
+
+if (!(await page.evaluate(() => window.__noReload === true))) fail("the page reloaded");
+if (errors.length) fail("the page threw: " + errors.join("; "));
+await browser.close();
+console.log("dashboard: ok");

@@ -1,0 +1,113 @@
+//! The dashboard in a real browser: `awl serve` (the binary, auth on) and
+//! `tests/browser/dashboard.mjs`, which drives Debian's headless Chromium with
+//! playwright-core: the token prompt, the board and a run's timeline changing without
+//! a reload, a gate approved by a click, the run finishing. Screenshots go to
+//! `target/screenshots/<store>/`.
+//!
+//! `scripts/test` installs Chromium and playwright-core and names them in
+//! `AWL_TEST_CHROMIUM`; without it this test fails (it does not skip).
+
+use std::process::Stdio;
+
+use crate::support::cli::Awl;
+use crate::support::{Backend, TestStore, on_both_stores, wait_for, within};
+
+on_both_stores!(worker_threads = 2;
+    the_dashboard_follows_a_run_and_approves_its_gate,
+);
+
+const WORKFLOW: &str = r#"
+name: browser-release
+version: "1.0.0"
+inputs:
+  version: {type: string, required: true}
+steps:
+  - id: build
+    type: tool
+    tool: echo
+    inputs: {message: "built ${{ inputs.version }}"}
+  - id: approve
+    type: gate
+    message: "Release ${{ inputs.version }}?"
+  - id: ship
+    type: tool
+    tool: echo
+    inputs: {message: "shipped"}
+"#;
+
+async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
+    let chromium = std::env::var("AWL_TEST_CHROMIUM").unwrap_or_else(|_| {
+        panic!(
+            "AWL_TEST_CHROMIUM is not set: the dashboard test drives Debian's Chromium with \
+             playwright-core, which scripts/test installs. Run the tests with scripts/test."
+        )
+    });
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let t = TestStore::new(backend).await;
+    let awl = Awl::bounded(&t.location, 60);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("browser-release.awl.yaml"), WORKFLOW).unwrap();
+    let created = awl
+        .ok(&[
+            "token", "create", "--name", "web", "--role", "operator", "--json",
+        ])
+        .await;
+    let token: serde_json::Value = serde_json::from_str(&created).unwrap();
+    let token = token["token"].as_str().unwrap().to_string();
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let workflows = dir.path().to_string_lossy().to_string();
+    let mut serve = awl
+        .command(&[
+            "serve",
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+            "--workflows",
+            &workflows,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start awl serve");
+    let http = reqwest::Client::new();
+    wait_for(30, "the server", async || {
+        http.get(format!("{url}/health"))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status().is_success())
+    })
+    .await;
+
+    let shots = format!("{root}/target/screenshots/{backend:?}").to_lowercase();
+    std::fs::create_dir_all(&shots).unwrap();
+    let output = within(
+        120,
+        "the browser test",
+        tokio::process::Command::new("node")
+            .arg(format!("{root}/tests/browser/dashboard.mjs"))
+            .env("AWL_URL", &url)
+            .env("AWL_TOKEN", &token)
+            .env("AWL_CHROMIUM", &chromium)
+            .env("AWL_SCREENSHOTS", &shots)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("run node");
+    let _ = serve.start_kill();
+    assert!(
+        output.status.success(),
+        "the dashboard test failed ({}):\n{}{}\n(screenshots in {shots})",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(std::path::Path::new(&format!("{shots}/run-finished.png")).exists());
+}
