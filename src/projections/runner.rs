@@ -147,10 +147,72 @@ impl Projections {
 
     /// Catch every projection up.
     pub async fn catch_up_all(&self) -> Result<(), ProjectionError> {
-        for p in &self.list {
-            while self.step(p.as_ref()).await? > 0 {}
-        }
+        while self.step_all().await? > 0 {}
         Ok(())
+    }
+
+    /// One batch for every projection in one transaction: one read of the log (from
+    /// the lowest checkpoint), each projection given the events past its own
+    /// checkpoint that it reads, every checkpoint moved. Returns how far the lowest
+    /// checkpoint moved (0: all caught up).
+    pub async fn step_all(&self) -> Result<i64, ProjectionError> {
+        let backend = self.store.backend_name();
+        let mut tx = self.store.begin().await?;
+        // Lock in name order, the same order everywhere, so two processes cannot
+        // deadlock.
+        let mut list: Vec<&Arc<dyn Projection>> = self.list.iter().collect();
+        list.sort_by_key(|p| p.name());
+        let mut states = Vec::with_capacity(list.len());
+        for p in &list {
+            match read_state(&mut tx, p.name(), true, backend).await? {
+                Some(state) => states.push(state),
+                None => {
+                    tx.rollback().await?;
+                    return Err(ProjectionError::Unknown(
+                        p.name().to_string(),
+                        "run prepare first".into(),
+                    ));
+                }
+            }
+        }
+        let from = states.iter().map(|s| s.position).min().unwrap_or(0);
+        let (events, scanned) = self
+            .store
+            .read_page(from, BATCH, &EventFilter::default())
+            .await?;
+        if scanned <= from {
+            tx.rollback().await?;
+            return Ok(0);
+        }
+        for (p, state) in list.iter().zip(&states) {
+            if state.position >= scanned {
+                continue;
+            }
+            let kinds = p.stream_types();
+            let mine: Vec<_> = events
+                .iter()
+                .filter(|e| {
+                    e.position > state.position
+                        && (kinds.is_empty() || kinds.contains(&e.stream.kind))
+                })
+                .cloned()
+                .collect();
+            if !mine.is_empty() {
+                let mut w = Writer {
+                    tx: &mut tx,
+                    tables: p.tables(),
+                    generation: state.generation,
+                };
+                p.apply(&mut w, &mine).await?;
+            }
+            tx.execute(
+                "UPDATE projection_state SET position = ? WHERE name = ?",
+                &[Param::from(scanned), Param::from(p.name())],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(scanned - from)
     }
 
     /// Prepare, rebuild what is outdated (in the background), then follow the log
