@@ -16,9 +16,9 @@ CREATE TABLE {runs} (
     state           TEXT NOT NULL,
     version         BIGINT NOT NULL
 );
-CREATE INDEX {runs}_started ON {runs} (started_at);
-CREATE INDEX {runs}_workflow ON {runs} (workflow, started_at);
-CREATE INDEX {runs}_status ON {runs} (status, started_at);
+CREATE INDEX {runs}_started ON {runs} (started_at, run_id);
+CREATE INDEX {runs}_workflow ON {runs} (workflow, started_at, run_id);
+CREATE INDEX {runs}_status ON {runs} (status, workflow, started_at, run_id);
 CREATE TABLE {run_steps} (
     run_id          TEXT NOT NULL,
     step_id         TEXT NOT NULL,

@@ -49,20 +49,35 @@ pub async fn run(store: EventStore, command: ProjectionsCommand) -> anyhow::Resu
                 );
             }
         }
-        ProjectionsCommand::Rebuild { name } => {
-            let names: Vec<String> = match name {
-                Some(n) => vec![n],
-                None => projections.names().into_iter().map(String::from).collect(),
-            };
-            for name in names {
-                let started = std::time::Instant::now();
-                let label = name.clone();
-                projections
-                    .rebuild(&name, &move |at, head| progress_bar(&label, at, head))
-                    .await?;
-                eprintln!();
-                eprintln!("rebuilt {name} in {:.1} s", started.elapsed().as_secs_f64());
-            }
+        ProjectionsCommand::Rebuild { name: Some(name) } => {
+            let started = std::time::Instant::now();
+            let label = name.clone();
+            projections
+                .rebuild(&name, &move |at, head| progress_bar(&label, at, head))
+                .await?;
+            eprintln!();
+            eprintln!("rebuilt {name} in {:.1} s", started.elapsed().as_secs_f64());
+        }
+        ProjectionsCommand::Rebuild { name: None } => {
+            // All at once; the bar follows the one furthest behind.
+            let started = std::time::Instant::now();
+            let at: std::sync::Mutex<std::collections::BTreeMap<String, (i64, i64)>> =
+                Default::default();
+            projections
+                .rebuild_all(&|name, position, head| {
+                    let mut at = at.lock().unwrap_or_else(|p| p.into_inner());
+                    at.insert(name.to_string(), (position, head));
+                    if let Some((p, h)) = at.values().min_by_key(|(p, _)| *p) {
+                        progress_bar("all", *p, *h);
+                    }
+                })
+                .await?;
+            eprintln!();
+            eprintln!(
+                "rebuilt {} in {:.1} s",
+                projections.names().join(", "),
+                started.elapsed().as_secs_f64()
+            );
         }
     }
     Ok(())

@@ -20,8 +20,11 @@ use crate::store::{EventStore, StoreTx};
 
 use super::{Projection, ProjectionError, Writer, all, name_tables};
 
-/// Events applied per transaction.
+/// Events applied per transaction while following the log.
 pub const BATCH: i64 = 1_000;
+
+/// Events applied per transaction while rebuilding.
+const REBUILD_PAGE: i64 = 5_000;
 
 /// The state of one projection, for `awl projections status` and the API.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -267,7 +270,8 @@ impl Projections {
         };
         let filter = filter_of(p.as_ref());
         let mut position = 0;
-        // Most of the log, without holding the projection's lock.
+        // Most of the log, without holding the projection's lock, in bigger pages
+        // (fewer states reloaded across pages).
         loop {
             let head = self.store.head().await?;
             if head - position <= BATCH {
@@ -315,6 +319,23 @@ impl Projections {
         Ok(())
     }
 
+    /// Rebuild every projection, all at once (each on its own connection): the log is
+    /// read by each, the work overlaps. `progress(name, position, head)`.
+    pub async fn rebuild_all(
+        &self,
+        progress: &(dyn Fn(&str, i64, i64) + Sync),
+    ) -> Result<(), ProjectionError> {
+        let names = self.names();
+        let jobs = names.iter().map(|name| async move {
+            self.rebuild(name, &|at, head| progress(name, at, head))
+                .await
+        });
+        for result in futures_util::future::join_all(jobs).await {
+            result?;
+        }
+        Ok(())
+    }
+
     /// One page applied to generation `generation` in its own transaction.
     async fn apply_page(
         &self,
@@ -323,7 +344,7 @@ impl Projections {
         after: i64,
         filter: &EventFilter,
     ) -> Result<i64, ProjectionError> {
-        let (events, scanned) = self.store.read_page(after, BATCH, filter).await?;
+        let (events, scanned) = self.store.read_page(after, REBUILD_PAGE, filter).await?;
         if !events.is_empty() {
             let mut tx = self.store.begin().await?;
             let mut w = Writer {

@@ -71,7 +71,8 @@ impl Projection for Runs {
         "runs"
     }
     fn version(&self) -> i32 {
-        1
+        // 2: indexes that end in the pagination key (started_at, run_id).
+        2
     }
     fn ddl(&self) -> &'static str {
         include_str!("../../projections/runs.sql")

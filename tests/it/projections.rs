@@ -30,6 +30,7 @@ on_both_stores!(worker_threads = 4;
     lag_returns_to_zero_after_a_burst,
     the_views_follow_a_run_and_a_task_live,
     live_streams_resume_and_follow_the_views,
+    a_new_projection_version_is_rebuilt_at_start,
 );
 
 /// Every view's rows, ordered by their keys.
@@ -651,4 +652,103 @@ async fn live_streams_resume_and_follow_the_views(backend: Backend) {
     )
     .await
     .unwrap();
+}
+
+/// A projection whose code version is newer than its tables' is rebuilt at start-up,
+/// beside the live tables, and then carries on live.
+async fn a_new_projection_version_is_rebuilt_at_start(backend: Backend) {
+    use awl::projections::{Projection, ProjectionError, Writer};
+
+    /// The audit projection under a newer version number.
+    struct AuditV2(Arc<dyn Projection>);
+
+    #[async_trait::async_trait]
+    impl Projection for AuditV2 {
+        fn name(&self) -> &'static str {
+            self.0.name()
+        }
+        fn version(&self) -> i32 {
+            self.0.version() + 1
+        }
+        fn ddl(&self) -> &'static str {
+            self.0.ddl()
+        }
+        fn tables(&self) -> &'static [&'static str] {
+            self.0.tables()
+        }
+        fn stream_types(&self) -> Vec<StreamType> {
+            self.0.stream_types()
+        }
+        async fn apply(
+            &self,
+            w: &mut Writer<'_>,
+            events: &[awl::log::RecordedEvent],
+        ) -> Result<(), ProjectionError> {
+            self.0.apply(w, events).await
+        }
+    }
+
+    let t = TestStore::new(backend).await;
+    let audit = || {
+        awl::projections::all()
+            .into_iter()
+            .find(|p| p.name() == "audit")
+            .unwrap()
+    };
+    let v1 = Projections::with(t.store.clone(), vec![audit()]);
+    v1.prepare().await.unwrap();
+    let board = Board::open(t.store.clone(), system_clock(), BoardConfig::default())
+        .await
+        .unwrap();
+    for i in 0..5 {
+        board
+            .send(
+                SendTaskRequest {
+                    prompt: format!("t{i}"),
+                    ..SendTaskRequest::default()
+                },
+                &Caller::User("ops".into()),
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    v1.catch_up_all().await.unwrap();
+
+    let v2 = Projections::with(t.store.clone(), vec![Arc::new(AuditV2(audit()))]);
+    let (stop, stop_rx) = watch::channel(false);
+    let runner = {
+        let p = v2.clone();
+        tokio::spawn(async move { p.run(stop_rx).await })
+    };
+    let status = wait_for(30, "the rebuild at start-up", async || {
+        let s = v2.status().await.unwrap().remove(0);
+        (s.version == s.code_version && s.generation == 2).then_some(s)
+    })
+    .await;
+    assert_eq!(status.lag, 0);
+    // Live after the swap.
+    board
+        .send(
+            SendTaskRequest {
+                prompt: "after".into(),
+                ..SendTaskRequest::default()
+            },
+            &Caller::User("ops".into()),
+            None,
+        )
+        .await
+        .unwrap();
+    let head = t.store.head().await.unwrap();
+    wait_for(30, "the new generation to follow the log", async || {
+        let rows = t
+            .store
+            .query_rows("SELECT count(*) AS n FROM audit", &[])
+            .await
+            .unwrap();
+        (rows[0]["n"] == head).then_some(())
+    })
+    .await;
+    let _ = stop.send(true);
+    runner.await.unwrap().unwrap();
 }
