@@ -23,4 +23,19 @@ CREATE TABLE {board_tasks} (
 );
 CREATE INDEX {board_tasks}_status ON {board_tasks} (status, queued_at);
 CREATE INDEX {board_tasks}_assignee ON {board_tasks} (assignee);
-CREATE INDEX {board_tasks}_run ON {board_tasks} (run_id)
+CREATE INDEX {board_tasks}_run ON {board_tasks} (run_id);
+
+CREATE TABLE {agent_stats} (
+    agent_id        TEXT PRIMARY KEY,
+    done            BIGINT NOT NULL,
+    failed          BIGINT NOT NULL,
+    round_trips     BIGINT NOT NULL,
+    total_task_ms   BIGINT NOT NULL,
+    timed           BIGINT NOT NULL
+);
+CREATE TABLE {agent_columns} (
+    agent_id        TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    ms              BIGINT NOT NULL,
+    PRIMARY KEY (agent_id, status)
+)

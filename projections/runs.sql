@@ -53,4 +53,40 @@ CREATE TABLE {run_gates} (
     comment         TEXT
 );
 CREATE INDEX {run_gates}_open ON {run_gates} (decision, opened_at);
-CREATE INDEX {run_gates}_run ON {run_gates} (run_id)
+CREATE INDEX {run_gates}_run ON {run_gates} (run_id);
+
+CREATE TABLE {workflow_days} (
+    workflow        TEXT NOT NULL,
+    day             TEXT NOT NULL,
+    runs            BIGINT NOT NULL,
+    succeeded       BIGINT NOT NULL,
+    failed          BIGINT NOT NULL,
+    cancelled       BIGINT NOT NULL,
+    cost_usd        DOUBLE PRECISION NOT NULL,
+    max_ms          BIGINT NOT NULL,
+    PRIMARY KEY (workflow, day)
+);
+CREATE TABLE {workflow_durations} (
+    workflow        TEXT NOT NULL,
+    day             TEXT NOT NULL,
+    bucket          BIGINT NOT NULL,
+    n               BIGINT NOT NULL,
+    PRIMARY KEY (workflow, day, bucket)
+);
+CREATE TABLE {step_stats} (
+    workflow        TEXT NOT NULL,
+    step_id         TEXT NOT NULL,
+    attempts        BIGINT NOT NULL,
+    failures        BIGINT NOT NULL,
+    retries         BIGINT NOT NULL,
+    total_ms        BIGINT NOT NULL,
+    timed           BIGINT NOT NULL,
+    PRIMARY KEY (workflow, step_id)
+);
+CREATE TABLE {step_failures} (
+    workflow        TEXT NOT NULL,
+    step_id         TEXT NOT NULL,
+    error_class     TEXT NOT NULL,
+    n               BIGINT NOT NULL,
+    PRIMARY KEY (workflow, step_id, error_class)
+)

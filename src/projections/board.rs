@@ -6,7 +6,9 @@ use crate::domain::task::Task;
 use crate::log::{RecordedEvent, StreamType};
 use crate::store::rows::Param;
 
-use super::fold::{fold, state_json};
+use std::collections::BTreeMap;
+
+use super::fold::{Folded, fold_with, state_json};
 use super::{Projection, ProjectionError, Writer, micros};
 
 pub struct Board;
@@ -41,13 +43,14 @@ impl Projection for Board {
         "board"
     }
     fn version(&self) -> i32 {
-        1
+        // 2: agent_stats and agent_columns.
+        2
     }
     fn ddl(&self) -> &'static str {
         include_str!("../../projections/board.sql")
     }
     fn tables(&self) -> &'static [&'static str] {
-        &["board_tasks"]
+        &["board_tasks", "agent_stats", "agent_columns"]
     }
     fn stream_types(&self) -> Vec<StreamType> {
         vec![StreamType::Task]
@@ -58,15 +61,29 @@ impl Projection for Board {
         w: &mut Writer<'_>,
         events: &[RecordedEvent],
     ) -> Result<(), ProjectionError> {
-        let folded = fold::<Task>(
+        // Every change of column, for the time agents spend in each.
+        let mut changes: Vec<Change> = Vec::new();
+        let folded = fold_with::<Task, _>(
             w,
             "board",
             "{board_tasks}",
             "task_id",
             StreamType::Task,
             events,
+            |id, before, after, e| {
+                if before.status() != after.status() || e.event_type == "task.changes_requested" {
+                    changes.push(Change {
+                        task: id.to_string(),
+                        from: before.status().map(|s| s.as_str()),
+                        holder: before.assignee().map(|a| a.to_string()),
+                        sent_back: e.event_type == "task.changes_requested",
+                        at: micros(e.recorded_at),
+                    });
+                }
+            },
         )
         .await?;
+        agent_counters(w, &folded, &changes).await?;
         // Tasks whose column changed in this batch get a new `status_since`; the others
         // keep the stored one (a second statement that leaves the column out).
         let (mut moved, mut stayed) = (Vec::new(), Vec::new());
@@ -92,6 +109,107 @@ impl Projection for Board {
         w.upsert("{board_tasks}", COLUMNS, &["task_id"], stayed)
             .await
     }
+}
+
+/// A task leaving a column (or sent back from review).
+struct Change {
+    task: String,
+    from: Option<&'static str>,
+    holder: Option<String>,
+    sent_back: bool,
+    at: i64,
+}
+
+/// Per agent: tasks done and failed, review round trips, time to finish, and time
+/// spent in each column while holding a task.
+async fn agent_counters(
+    w: &mut Writer<'_>,
+    folded: &[Folded<Task>],
+    changes: &[Change],
+) -> Result<(), ProjectionError> {
+    // agent -> [done, failed, round_trips, total_task_ms, timed]
+    let mut stats: BTreeMap<String, [i64; 5]> = BTreeMap::new();
+    let mut columns: BTreeMap<(String, String), i64> = BTreeMap::new();
+    let mut since: BTreeMap<&str, i64> = folded
+        .iter()
+        .filter_map(|f| {
+            let stored = f
+                .row
+                .as_ref()
+                .and_then(|r| r.get("status_since"))
+                .and_then(|v| v.as_i64());
+            stored.map(|at| (f.id.as_str(), at))
+        })
+        .collect();
+    for c in changes {
+        let start = since.insert(c.task.as_str(), c.at);
+        if let (Some(from), Some(holder), Some(start)) = (c.from, &c.holder, start) {
+            *columns
+                .entry((holder.clone(), from.to_string()))
+                .or_default() += ((c.at - start) / 1000).max(0);
+        }
+        if c.sent_back
+            && let Some(holder) = &c.holder
+        {
+            stats.entry(holder.clone()).or_insert([0; 5])[2] += 1;
+        }
+    }
+    for f in folded {
+        let t = &f.state;
+        if f.before.is_terminal() || !t.is_terminal() {
+            continue;
+        }
+        let Some(agent) = t.assignee() else { continue };
+        let s = stats.entry(agent.to_string()).or_insert([0; 5]);
+        match t.status() {
+            Some(crate::domain::task::TaskStatus::Completed) => {
+                s[0] += 1;
+                if let Some(ms) = t
+                    .queued_at()
+                    .zip(t.updated_at())
+                    .map(|(q, e)| (e - q).num_milliseconds())
+                {
+                    s[3] += ms;
+                    s[4] += 1;
+                }
+            }
+            Some(crate::domain::task::TaskStatus::Failed) => s[1] += 1,
+            _ => {}
+        }
+    }
+    let rows = stats
+        .into_iter()
+        .map(|(agent, s)| {
+            vec![
+                Param::from(agent),
+                Param::from(s[0]),
+                Param::from(s[1]),
+                Param::from(s[2]),
+                Param::from(s[3]),
+                Param::from(s[4]),
+            ]
+        })
+        .collect();
+    w.add(
+        "{agent_stats}",
+        &["agent_id"],
+        &["done", "failed", "round_trips", "total_task_ms", "timed"],
+        &[],
+        rows,
+    )
+    .await?;
+    let rows = columns
+        .into_iter()
+        .map(|((agent, status), ms)| vec![Param::from(agent), Param::from(status), Param::from(ms)])
+        .collect();
+    w.add(
+        "{agent_columns}",
+        &["agent_id", "status"],
+        &["ms"],
+        &[],
+        rows,
+    )
+    .await
 }
 
 /// A task's row, without `status_since`.

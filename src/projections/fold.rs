@@ -1,12 +1,14 @@
 //! Folding streams into domain state kept in a projection's rows: load the rows the
 //! batch touches (one query per 500), apply the batch's new events with the domain's
-//! own `apply`, and hand back what changed for the projection to write.
+//! own `apply`, and hand back what changed (with the state and row from before the
+//! batch, so a projection can count transitions) for the projection to write.
 
 use std::collections::BTreeMap;
 
 use cqrs_es::Aggregate;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
 
 use crate::log::{RecordedEvent, StreamType};
 use crate::store::domain_io;
@@ -14,9 +16,13 @@ use crate::store::rows::Param;
 
 use super::{ProjectionError, Writer};
 
-/// One stream's state after the batch.
+/// One stream's state after the batch, and what was stored before it.
 pub struct Folded<A> {
     pub id: String,
+    /// The state before this batch (the default for a new stream).
+    pub before: A,
+    /// The stored row before this batch (every column), if there was one.
+    pub row: Option<Map<String, Value>>,
     pub state: A,
     pub version: i64,
 }
@@ -32,7 +38,24 @@ pub async fn fold<A>(
     events: &[RecordedEvent],
 ) -> Result<Vec<Folded<A>>, ProjectionError>
 where
-    A: Aggregate + Serialize + DeserializeOwned,
+    A: Aggregate + Serialize + DeserializeOwned + Clone,
+{
+    fold_with(w, projection, table, key, kind, events, |_, _, _, _| {}).await
+}
+
+/// [`fold`], calling `each(id, before, after, event)` for every event applied.
+pub async fn fold_with<A, F>(
+    w: &mut Writer<'_>,
+    projection: &'static str,
+    table: &str,
+    key: &str,
+    kind: StreamType,
+    events: &[RecordedEvent],
+    mut each: F,
+) -> Result<Vec<Folded<A>>, ProjectionError>
+where
+    A: Aggregate + Serialize + DeserializeOwned + Clone,
+    F: FnMut(&str, &A, &A, &RecordedEvent),
 {
     let mut by_stream: BTreeMap<&str, Vec<&RecordedEvent>> = BTreeMap::new();
     for e in events.iter().filter(|e| e.stream.kind == kind) {
@@ -42,41 +65,41 @@ where
         return Ok(Vec::new());
     }
     let ids: Vec<&str> = by_stream.keys().copied().collect();
-    let mut known: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    let mut known: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
     for chunk in ids.chunks(500) {
         let sql = format!(
-            "SELECT {key} AS id, state, version FROM {table} WHERE {key} IN ({})",
+            "SELECT * FROM {table} WHERE {key} IN ({})",
             vec!["?"; chunk.len()].join(", ")
         );
         let params: Vec<Param> = chunk.iter().map(|id| Param::from(*id)).collect();
         for row in w.query(&sql, &params).await? {
             let id = row
-                .get("id")
-                .and_then(|v| v.as_str())
+                .get(key)
+                .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string();
-            let state = row
-                .get("state")
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string();
-            let version = row.get("version").and_then(|v| v.as_i64()).unwrap_or(0);
-            known.insert(id, (state, version));
+            known.insert(id, row);
         }
     }
     let mut out = Vec::new();
     for (id, stream_events) in by_stream {
-        let (mut state, mut version) = match known.remove(id) {
-            Some((json, version)) => {
+        let row = known.remove(id);
+        let (mut state, mut version) = match &row {
+            Some(row) => {
+                let json = row.get("state").and_then(Value::as_str).unwrap_or_default();
                 let state: A =
-                    serde_json::from_str(&json).map_err(|e| ProjectionError::Corrupt {
+                    serde_json::from_str(json).map_err(|e| ProjectionError::Corrupt {
                         projection,
                         reason: format!("the stored state of {id} cannot be read: {e}"),
                     })?;
-                (state, version)
+                (
+                    state,
+                    row.get("version").and_then(Value::as_i64).unwrap_or(0),
+                )
             }
             None => (A::default(), 0),
         };
+        let before_state = state.clone();
         let before = version;
         for e in stream_events {
             if e.version <= version {
@@ -92,12 +115,16 @@ where
                     ),
                 });
             }
+            let previous = state.clone();
             state.apply(domain_io::decode::<A>(e)?);
+            each(id, &previous, &state, e);
             version = e.version;
         }
         if version != before {
             out.push(Folded {
                 id: id.to_string(),
+                before: before_state,
+                row,
                 state,
                 version,
             });

@@ -7,7 +7,9 @@ use crate::domain::run::{AttemptOutcome, GateDecision, Run, RunOutcome};
 use crate::log::{RecordedEvent, StreamType};
 use crate::store::rows::Param;
 
-use super::fold::{fold, state_json};
+use std::collections::BTreeMap;
+
+use super::fold::{Folded, fold, state_json};
 use super::{Projection, ProjectionError, Writer, micros};
 
 pub struct Runs;
@@ -72,13 +74,23 @@ impl Projection for Runs {
     }
     fn version(&self) -> i32 {
         // 2: indexes that end in the pagination key (started_at, run_id).
-        2
+        // 3: counters for analytics (workflow_days, workflow_durations, step_stats,
+        //    step_failures).
+        3
     }
     fn ddl(&self) -> &'static str {
         include_str!("../../projections/runs.sql")
     }
     fn tables(&self) -> &'static [&'static str] {
-        &["runs", "run_steps", "run_gates"]
+        &[
+            "runs",
+            "run_steps",
+            "run_gates",
+            "workflow_days",
+            "workflow_durations",
+            "step_stats",
+            "step_failures",
+        ]
     }
     fn stream_types(&self) -> Vec<StreamType> {
         vec![StreamType::Run]
@@ -162,6 +174,7 @@ impl Projection for Runs {
                 ]);
             }
         }
+        aggregates(w, &folded).await?;
         w.upsert("{runs}", RUN_COLUMNS, &["run_id"], runs).await?;
         w.upsert(
             "{run_steps}",
@@ -173,6 +186,175 @@ impl Projection for Runs {
         w.upsert("{run_gates}", GATE_COLUMNS, &["gate_id"], gates)
             .await
     }
+}
+
+/// Counters for analytics, from the transitions of this batch: a run started, a run
+/// ended (by outcome, with its cost and duration), a step attempt ended. The fold
+/// skips events already applied, so nothing is counted twice.
+async fn aggregates(w: &mut Writer<'_>, folded: &[Folded<Run>]) -> Result<(), ProjectionError> {
+    // (workflow, day) -> [runs, succeeded, failed, cancelled], cost, max_ms
+    let mut days: BTreeMap<(String, String), ([i64; 4], f64, i64)> = BTreeMap::new();
+    let mut durations: BTreeMap<(String, String, i64), i64> = BTreeMap::new();
+    // (workflow, step) -> [attempts, failures, retries, total_ms, timed]
+    let mut steps: BTreeMap<(String, String), [i64; 5]> = BTreeMap::new();
+    let mut failures: BTreeMap<(String, String, String), i64> = BTreeMap::new();
+    for f in folded {
+        let run = &f.state;
+        let workflow = run.workflow().map(|w| w.to_string()).unwrap_or_default();
+        let day = run
+            .started_at()
+            .map(|t| t.format("%Y-%m-%d").to_string())
+            .unwrap_or_default();
+        let entry = days
+            .entry((workflow.clone(), day.clone()))
+            .or_insert(([0; 4], 0.0, 0));
+        if f.before.id().is_none() && run.id().is_some() {
+            entry.0[0] += 1;
+        }
+        if !f.before.is_terminal() && run.is_terminal() {
+            let (slot, at) = match run.outcome() {
+                Some(RunOutcome::Succeeded { at, .. }) => (1, Some(*at)),
+                Some(RunOutcome::Failed { at, .. }) => (2, Some(*at)),
+                Some(RunOutcome::Cancelled { at, .. }) => (3, Some(*at)),
+                None => (0, None),
+            };
+            if slot > 0 {
+                entry.0[slot] += 1;
+            }
+            entry.1 += run.total_cost_usd();
+            if let Some(ms) = run
+                .started_at()
+                .zip(at)
+                .map(|(s, e)| (e - s).num_milliseconds())
+            {
+                entry.2 = entry.2.max(ms);
+                *durations
+                    .entry((workflow.clone(), day.clone(), super::duration_bucket(ms)))
+                    .or_default() += 1;
+            }
+        }
+        for step_id in run.steps().keys() {
+            let before = f.before.attempts(step_id);
+            for a in run.attempts(step_id) {
+                let was_ended = before
+                    .iter()
+                    .any(|b| b.attempt == a.attempt && b.ended_at.is_some());
+                if a.ended_at.is_none() || was_ended {
+                    continue;
+                }
+                let s = steps
+                    .entry((workflow.clone(), step_id.to_string()))
+                    .or_insert([0; 5]);
+                s[0] += 1;
+                if a.outcome == Some(AttemptOutcome::Failed) {
+                    s[1] += 1;
+                    let class = a
+                        .error
+                        .as_ref()
+                        .map(|e| e.class.as_str().to_string())
+                        .unwrap_or_else(|| "unknown".into());
+                    *failures
+                        .entry((workflow.clone(), step_id.to_string(), class))
+                        .or_default() += 1;
+                }
+                if a.attempt > 1 {
+                    s[2] += 1;
+                }
+                if let Some(ms) = a
+                    .started_at
+                    .zip(a.ended_at)
+                    .map(|(s, e)| (e - s).num_milliseconds())
+                {
+                    s[3] += ms;
+                    s[4] += 1;
+                }
+            }
+        }
+    }
+    let rows = days
+        .into_iter()
+        .filter(|(_, (counts, cost, max))| counts.iter().any(|c| *c > 0) || *cost > 0.0 || *max > 0)
+        .map(|((workflow, day), (c, cost, max))| {
+            vec![
+                Param::from(workflow),
+                Param::from(day),
+                Param::from(c[0]),
+                Param::from(c[1]),
+                Param::from(c[2]),
+                Param::from(c[3]),
+                Param::from(cost),
+                Param::from(max),
+            ]
+        })
+        .collect();
+    w.add(
+        "{workflow_days}",
+        &["workflow", "day"],
+        &["runs", "succeeded", "failed", "cancelled", "cost_usd"],
+        &["max_ms"],
+        rows,
+    )
+    .await?;
+    let rows = durations
+        .into_iter()
+        .map(|((workflow, day, bucket), n)| {
+            vec![
+                Param::from(workflow),
+                Param::from(day),
+                Param::from(bucket),
+                Param::from(n),
+            ]
+        })
+        .collect();
+    w.add(
+        "{workflow_durations}",
+        &["workflow", "day", "bucket"],
+        &["n"],
+        &[],
+        rows,
+    )
+    .await?;
+    let rows = steps
+        .into_iter()
+        .map(|((workflow, step), s)| {
+            vec![
+                Param::from(workflow),
+                Param::from(step),
+                Param::from(s[0]),
+                Param::from(s[1]),
+                Param::from(s[2]),
+                Param::from(s[3]),
+                Param::from(s[4]),
+            ]
+        })
+        .collect();
+    w.add(
+        "{step_stats}",
+        &["workflow", "step_id"],
+        &["attempts", "failures", "retries", "total_ms", "timed"],
+        &[],
+        rows,
+    )
+    .await?;
+    let rows = failures
+        .into_iter()
+        .map(|((workflow, step, class), n)| {
+            vec![
+                Param::from(workflow),
+                Param::from(step),
+                Param::from(class),
+                Param::from(n),
+            ]
+        })
+        .collect();
+    w.add(
+        "{step_failures}",
+        &["workflow", "step_id", "error_class"],
+        &["n"],
+        &[],
+        rows,
+    )
+    .await
 }
 
 fn run_row(id: &str, run: &Run, version: i64) -> Result<Vec<Param>, ProjectionError> {

@@ -191,6 +191,9 @@ pub struct AgentStats {
     pub review_round_trips: i64,
     /// Mean time from queued to finished of the tasks it completed.
     pub mean_task_ms: Option<f64>,
+    /// Milliseconds spent in each column (ASSIGNED, PENDING_ACK, IN_PROGRESS, BLOCKED,
+    /// IN_REVIEW, APPROVED) while holding a task.
+    pub time_in_column_ms: BTreeMap<String, i64>,
 }
 
 // ---- parameters ---------------------------------------------------------------------
@@ -499,16 +502,8 @@ pub async fn audit(
     Ok(Json(Page { rows: found, next }))
 }
 
-#[derive(Debug, Deserialize)]
-struct Finished {
-    workflow: String,
-    status: String,
-    started_at: Option<i64>,
-    duration_ms: Option<i64>,
-    cost_usd: f64,
-}
-
-/// Per workflow: runs, success rate, p50 / p95 / max duration, cost, and by day.
+/// Per workflow: runs, success rate, p50 / p95 / max duration, cost, and by day, from
+/// the runs projection's counters (durations from its histogram: within a fifth).
 pub async fn workflow_analytics(
     State(app): State<AppState>,
     Query(p): Query<ViewParams>,
@@ -517,109 +512,137 @@ pub async fn workflow_analytics(
     if let Some(workflow) = &p.workflow {
         w.add("workflow = ?", [Param::from(workflow.clone())]);
     }
-    if let Some(since) = p.time(&p.since, "since")? {
-        w.add("started_at >= ?", [Param::from(since)]);
-    }
-    if let Some(until) = p.time(&p.until, "until")? {
-        w.add("started_at < ?", [Param::from(until)]);
-    }
-    let sql = format!(
-        "SELECT workflow, status, started_at, duration_ms, cost_usd FROM runs{}",
-        w.sql()
-    );
-    let raw = app.board.store().query_rows(&sql, &w.params).await?;
-    let runs: Vec<Finished> = raw
-        .into_iter()
-        .filter_map(|r| serde_json::from_value(Value::Object(r)).ok())
-        .collect();
-    let mut by_workflow: BTreeMap<String, Vec<&Finished>> = BTreeMap::new();
-    for r in &runs {
-        by_workflow.entry(r.workflow.clone()).or_default().push(r);
-    }
-    let out = by_workflow
-        .into_iter()
-        .map(|(workflow, runs)| {
-            let mut days: BTreeMap<String, Vec<&Finished>> = BTreeMap::new();
-            for r in &runs {
-                let day = r
-                    .started_at
-                    .and_then(DateTime::from_timestamp_micros)
-                    .map(|t| t.format("%Y-%m-%d").to_string())
-                    .unwrap_or_default();
-                days.entry(day).or_default().push(r);
-            }
-            let (all, _) = summarize(&runs);
-            WorkflowStats {
-                workflow,
-                by_day: days
-                    .into_iter()
-                    .map(|(day, runs)| {
-                        let (s, _) = summarize(&runs);
-                        DayStats {
-                            day,
-                            runs: s.runs,
-                            succeeded: s.succeeded,
-                            failed: s.failed,
-                            p50_ms: s.p50,
-                            cost_usd: s.cost,
-                        }
-                    })
-                    .collect(),
-                runs: all.runs,
-                succeeded: all.succeeded,
-                failed: all.failed,
-                cancelled: all.cancelled,
-                active: all.runs - all.succeeded - all.failed - all.cancelled,
-                success_rate: all.rate,
-                p50_ms: all.p50,
-                p95_ms: all.p95,
-                max_ms: all.max,
-                cost_usd: all.cost,
-            }
-        })
-        .collect();
-    Ok(Json(out))
-}
-
-struct Summary {
-    runs: i64,
-    succeeded: i64,
-    failed: i64,
-    cancelled: i64,
-    rate: Option<f64>,
-    p50: Option<i64>,
-    p95: Option<i64>,
-    max: Option<i64>,
-    cost: f64,
-}
-
-fn summarize(runs: &[&Finished]) -> (Summary, ()) {
-    let count = |s: &str| runs.iter().filter(|r| r.status == s).count() as i64;
-    let (succeeded, failed, cancelled) = (count("SUCCEEDED"), count("FAILED"), count("CANCELLED"));
-    let mut durations: Vec<i64> = runs.iter().filter_map(|r| r.duration_ms).collect();
-    durations.sort_unstable();
-    let pick = |q: f64| -> Option<i64> {
-        (!durations.is_empty())
-            .then(|| durations[((durations.len() - 1) as f64 * q).round() as usize])
+    let day = |t: Option<i64>| {
+        t.and_then(DateTime::from_timestamp_micros)
+            .map(|t| t.format("%Y-%m-%d").to_string())
     };
-    let finished = succeeded + failed + cancelled;
-    (
-        Summary {
-            runs: runs.len() as i64,
-            succeeded,
-            failed,
-            cancelled,
-            rate: (finished > 0).then(|| succeeded as f64 / finished as f64),
-            p50: pick(0.5),
-            p95: pick(0.95),
-            max: durations.last().copied(),
-            cost: runs.iter().map(|r| r.cost_usd).sum(),
-        },
-        (),
-    )
+    if let Some(since) = day(p.time(&p.since, "since")?) {
+        w.add("day >= ?", [Param::from(since)]);
+    }
+    if let Some(until) = day(p.time(&p.until, "until")?) {
+        w.add("day <= ?", [Param::from(until)]);
+    }
+    let store = app.board.store();
+    let days = store
+        .query_rows(
+            &format!(
+                "SELECT * FROM workflow_days{} ORDER BY workflow, day",
+                w.sql()
+            ),
+            &w.params,
+        )
+        .await?;
+    let buckets = store
+        .query_rows(
+            &format!("SELECT * FROM workflow_durations{}", w.sql()),
+            &w.params,
+        )
+        .await?;
+    let int = |r: &Map<String, Value>, k: &str| r.get(k).and_then(Value::as_i64).unwrap_or(0);
+    let mut out: BTreeMap<String, WorkflowStats> = BTreeMap::new();
+    let mut hist: BTreeMap<String, BTreeMap<String, BTreeMap<i64, i64>>> = BTreeMap::new();
+    for b in &buckets {
+        let workflow = b
+            .get("workflow")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let day = b
+            .get("day")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        *hist
+            .entry(workflow)
+            .or_default()
+            .entry(day)
+            .or_default()
+            .entry(int(b, "bucket"))
+            .or_default() += int(b, "n");
+    }
+    for d in &days {
+        let workflow = d
+            .get("workflow")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let day = d
+            .get("day")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let stats = out
+            .entry(workflow.clone())
+            .or_insert_with(|| WorkflowStats {
+                workflow: workflow.clone(),
+                runs: 0,
+                succeeded: 0,
+                failed: 0,
+                cancelled: 0,
+                active: 0,
+                success_rate: None,
+                p50_ms: None,
+                p95_ms: None,
+                max_ms: None,
+                cost_usd: 0.0,
+                by_day: Vec::new(),
+            });
+        let cost = d.get("cost_usd").and_then(Value::as_f64).unwrap_or(0.0);
+        stats.runs += int(d, "runs");
+        stats.succeeded += int(d, "succeeded");
+        stats.failed += int(d, "failed");
+        stats.cancelled += int(d, "cancelled");
+        stats.cost_usd += cost;
+        let max = int(d, "max_ms");
+        if int(d, "succeeded") + int(d, "failed") + int(d, "cancelled") > 0 {
+            stats.max_ms = Some(stats.max_ms.unwrap_or(0).max(max));
+        }
+        let day_hist = hist.get(&workflow).and_then(|h| h.get(&day));
+        stats.by_day.push(DayStats {
+            day,
+            runs: int(d, "runs"),
+            succeeded: int(d, "succeeded"),
+            failed: int(d, "failed"),
+            p50_ms: day_hist.and_then(|h| percentile_of(h, 0.5)),
+            cost_usd: cost,
+        });
+    }
+    for (workflow, stats) in &mut out {
+        let finished = stats.succeeded + stats.failed + stats.cancelled;
+        stats.active = stats.runs - finished;
+        stats.success_rate = (finished > 0).then(|| stats.succeeded as f64 / finished as f64);
+        let mut all: BTreeMap<i64, i64> = BTreeMap::new();
+        for day in hist.get(workflow).map(|h| h.values()).into_iter().flatten() {
+            for (bucket, n) in day {
+                *all.entry(*bucket).or_default() += n;
+            }
+        }
+        stats.p50_ms = percentile_of(&all, 0.5);
+        stats.p95_ms = percentile_of(&all, 0.95).map(|p| stats.max_ms.map_or(p, |m| p.min(m)));
+        stats.p50_ms = stats.p50_ms.map(|p| stats.max_ms.map_or(p, |m| p.min(m)));
+    }
+    Ok(Json(out.into_values().collect()))
 }
 
-/// Per step: attempts, failures by class, retries, mean duration.
+/// The `q` quantile of a duration histogram (bucket -> count), as the bucket's upper
+/// bound in milliseconds.
+fn percentile_of(histogram: &BTreeMap<i64, i64>, q: f64) -> Option<i64> {
+    let total: i64 = histogram.values().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((total as f64) * q).ceil().max(1.0) as i64;
+    let mut seen = 0;
+    for (bucket, n) in histogram {
+        seen += n;
+        if seen >= rank {
+            return Some(crate::projections::bucket_upper_ms(*bucket));
+        }
+    }
+    None
+}
+
+/// Per step: finished attempts, failures by class, retries, mean duration.
 pub async fn step_analytics(
     State(app): State<AppState>,
     Query(p): Query<ViewParams>,
@@ -628,103 +651,89 @@ pub async fn step_analytics(
     if let Some(workflow) = &p.workflow {
         w.add("workflow = ?", [Param::from(workflow.clone())]);
     }
-    let sql = format!(
-        "SELECT workflow, step_id, count(*) AS attempts, \
-         sum(CASE WHEN outcome = 'FAILED' THEN 1 ELSE 0 END) AS failures, \
-         sum(CASE WHEN attempt > 1 THEN 1 ELSE 0 END) AS retries, \
-         CAST(avg(duration_ms) AS DOUBLE PRECISION) AS mean_ms \
-         FROM run_steps{} GROUP BY workflow, step_id ORDER BY workflow, step_id",
-        w.sql()
-    );
-    let raw = app.board.store().query_rows(&sql, &w.params).await?;
-    let class_sql = format!(
-        "SELECT workflow, step_id, error_class, count(*) AS n FROM run_steps{} {} error_class IS NOT NULL \
-         GROUP BY workflow, step_id, error_class",
-        w.sql(),
-        if w.clauses.is_empty() { "WHERE" } else { "AND" }
-    );
-    let classes = app.board.store().query_rows(&class_sql, &w.params).await?;
-    let int = |v: Option<&Value>| {
-        v.and_then(|v| {
-            v.as_i64()
-                .or_else(|| v.as_f64().map(|f| f as i64))
-                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-        })
-        .unwrap_or(0)
+    let store = app.board.store();
+    let stats = store
+        .query_rows(
+            &format!(
+                "SELECT * FROM step_stats{} ORDER BY workflow, step_id",
+                w.sql()
+            ),
+            &w.params,
+        )
+        .await?;
+    let classes = store
+        .query_rows(
+            &format!("SELECT * FROM step_failures{}", w.sql()),
+            &w.params,
+        )
+        .await?;
+    let text = |r: &Map<String, Value>, k: &str| {
+        r.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
     };
-    let out = raw
-        .iter()
-        .map(|r| {
-            let workflow = r
-                .get("workflow")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            let step_id = r
-                .get("step_id")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            let failures_by_class = classes
-                .iter()
-                .filter(|c| {
-                    c.get("workflow").and_then(Value::as_str) == Some(&workflow)
-                        && c.get("step_id").and_then(Value::as_str) == Some(&step_id)
-                })
-                .map(|c| {
-                    (
-                        c.get("error_class")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string(),
-                        int(c.get("n")),
-                    )
-                })
-                .collect();
-            StepStats {
-                attempts: int(r.get("attempts")),
-                failures: int(r.get("failures")),
-                retries: int(r.get("retries")),
-                mean_ms: r.get("mean_ms").and_then(|v| {
-                    v.as_f64()
-                        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-                }),
-                workflow,
-                step_id,
-                failures_by_class,
-            }
-        })
-        .collect();
-    Ok(Json(out))
+    let int = |r: &Map<String, Value>, k: &str| r.get(k).and_then(Value::as_i64).unwrap_or(0);
+    Ok(Json(
+        stats
+            .iter()
+            .map(|r| {
+                let (workflow, step_id) = (text(r, "workflow"), text(r, "step_id"));
+                let timed = int(r, "timed");
+                StepStats {
+                    attempts: int(r, "attempts"),
+                    failures: int(r, "failures"),
+                    retries: int(r, "retries"),
+                    mean_ms: (timed > 0).then(|| int(r, "total_ms") as f64 / timed as f64),
+                    failures_by_class: classes
+                        .iter()
+                        .filter(|c| {
+                            text(c, "workflow") == workflow && text(c, "step_id") == step_id
+                        })
+                        .map(|c| (text(c, "error_class"), int(c, "n")))
+                        .collect(),
+                    workflow,
+                    step_id,
+                }
+            })
+            .collect(),
+    ))
 }
 
-/// Per agent: tasks done and failed, review round trips, mean task time.
+/// Per agent: tasks done and failed, review round trips, mean task time, and the time
+/// spent in each column while holding a task.
 pub async fn agent_analytics(State(app): State<AppState>) -> Api<Vec<AgentStats>> {
-    let sql = "SELECT assignee AS agent_id, \
-        sum(CASE WHEN status = 'COMPLETED' THEN 1 ELSE 0 END) AS tasks_done, \
-        sum(CASE WHEN status = 'FAILED' THEN 1 ELSE 0 END) AS tasks_failed, \
-        CAST(sum(CASE WHEN review_rounds > 1 THEN review_rounds - 1 ELSE 0 END) AS BIGINT) AS review_round_trips, \
-        CAST(avg(CASE WHEN status = 'COMPLETED' THEN (updated_at - queued_at) / 1000.0 END) AS DOUBLE PRECISION) AS mean_task_ms \
-        FROM board_tasks WHERE assignee IS NOT NULL GROUP BY assignee ORDER BY assignee";
-    let raw = app.board.store().query_rows(sql, &[]).await?;
-    let num = |v: Option<&Value>| {
-        v.and_then(|v| {
-            v.as_f64()
-                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-        })
+    let store = app.board.store();
+    let stats = store
+        .query_rows("SELECT * FROM agent_stats ORDER BY agent_id", &[])
+        .await?;
+    let columns = store.query_rows("SELECT * FROM agent_columns", &[]).await?;
+    let text = |r: &Map<String, Value>, k: &str| {
+        r.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
     };
+    let int = |r: &Map<String, Value>, k: &str| r.get(k).and_then(Value::as_i64).unwrap_or(0);
     Ok(Json(
-        raw.iter()
-            .map(|r| AgentStats {
-                agent_id: r
-                    .get("agent_id")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                tasks_done: num(r.get("tasks_done")).unwrap_or(0.0) as i64,
-                tasks_failed: num(r.get("tasks_failed")).unwrap_or(0.0) as i64,
-                review_round_trips: num(r.get("review_round_trips")).unwrap_or(0.0) as i64,
-                mean_task_ms: num(r.get("mean_task_ms")),
+        stats
+            .iter()
+            .map(|r| {
+                let agent_id = text(r, "agent_id");
+                let timed = int(r, "timed");
+                AgentStats {
+                    tasks_done: int(r, "done"),
+                    tasks_failed: int(r, "failed"),
+                    review_round_trips: int(r, "round_trips"),
+                    mean_task_ms: (timed > 0)
+                        .then(|| int(r, "total_task_ms") as f64 / timed as f64),
+                    time_in_column_ms: columns
+                        .iter()
+                        .filter(|c| text(c, "agent_id") == agent_id)
+                        .map(|c| (text(c, "status"), int(c, "ms")))
+                        .collect(),
+                    agent_id,
+                }
             })
             .collect(),
     ))

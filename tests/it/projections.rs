@@ -42,6 +42,12 @@ async fn snapshot(store: &EventStore) -> Vec<(String, Vec<Map<String, Value>>)> 
         ("run_gates", "gate_id"),
         ("agents", "agent_id"),
         ("audit", "position"),
+        ("workflow_days", "workflow, day"),
+        ("workflow_durations", "workflow, day, bucket"),
+        ("step_stats", "workflow, step_id"),
+        ("step_failures", "workflow, step_id, error_class"),
+        ("agent_stats", "agent_id"),
+        ("agent_columns", "agent_id, status"),
     ];
     let mut out = Vec::new();
     for (view, key) in views {
@@ -515,6 +521,15 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
     assert_eq!(steps.as_array().unwrap().len(), 3, "{steps}");
     let per_agent = get("/api/v1/views/analytics/agents").await;
     assert!(per_agent.is_array(), "{per_agent}");
+    let steps_failed = get("/api/v1/views/analytics/steps").await;
+    assert!(
+        steps_failed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["attempts"] == 1 && s["failures"] == 0),
+        "{steps_failed}"
+    );
     let audit = get("/api/v1/views/audit?actor=local&limit=2").await;
     assert_eq!(audit["rows"].as_array().unwrap().len(), 2);
     assert!(audit["next"].is_string());

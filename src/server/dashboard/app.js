@@ -215,7 +215,8 @@ async function loadAnalytics() {
     <tr><td>${esc(s.workflow)}</td><td>${esc(s.step_id)}</td><td>${s.attempts}</td><td>${s.failures}</td><td>${s.retries}</td>
     <td>${ms(s.mean_ms)}</td><td>${Object.entries(s.failures_by_class).map(([k, v]) => `${esc(k)}: ${v}`).join(", ")}</td></tr>`).join("");
   $("agent-stat-rows").innerHTML = agents.map((a) => `
-    <tr><td>${esc(a.agent_id)}</td><td>${a.tasks_done}</td><td>${a.tasks_failed}</td><td>${a.review_round_trips}</td><td>${ms(a.mean_task_ms)}</td></tr>`).join("");
+    <tr><td>${esc(a.agent_id)}</td><td>${a.tasks_done}</td><td>${a.tasks_failed}</td><td>${a.review_round_trips}</td><td>${ms(a.mean_task_ms)}</td>
+    <td>${Object.entries(a.time_in_column_ms).map(([k, v]) => `${esc(k.replace("_", " ").toLowerCase())} ${ms(v)}`).join(", ")}</td></tr>`).join("");
 }
 
 // Bars of runs per day, green for the share that succeeded, with the p50 duration as a line.
