@@ -331,6 +331,39 @@ async fn the_whole_lifecycle_over_rest(backend: Backend) {
         )
         .await;
     assert_eq!(board["tasks"].as_array().unwrap().len(), 1);
+    // The analytics projection saw who did what: coder-1's work was sent back once,
+    // coder-2 finished it; both spent time in the columns they held the task in.
+    let stats = crate::support::wait_for(20, "the agent analytics", async || {
+        let stats = api
+            .ok(
+                &tk.viewer,
+                Method::GET,
+                "/api/v1/views/analytics/agents",
+                Value::Null,
+            )
+            .await;
+        (stats.as_array().map(Vec::len) == Some(2) && stats[1]["tasks_done"] == 1).then_some(stats)
+    })
+    .await;
+    assert_eq!(
+        (
+            stats[0]["agent_id"].as_str(),
+            stats[0]["review_round_trips"].as_i64(),
+            stats[0]["tasks_done"].as_i64()
+        ),
+        (Some("coder-1"), Some(1), Some(0)),
+        "{stats}"
+    );
+    for column in ["PENDING_ACK", "IN_PROGRESS", "BLOCKED", "IN_REVIEW"] {
+        assert!(
+            stats[0]["time_in_column_ms"][column].is_i64(),
+            "coder-1 held the task in {column}: {stats}"
+        );
+    }
+    assert!(
+        stats[1]["time_in_column_ms"]["APPROVED"].is_i64(),
+        "{stats}"
+    );
     server.shutdown().await.unwrap();
 }
 
