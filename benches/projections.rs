@@ -245,11 +245,11 @@ async fn rebuild_all(projections: &Projections, head: i64) -> Vec<(String, f64)>
     ));
     let started = Instant::now();
     projections
-        .rebuild_all(&|_, _, _| {})
+        .rebuild_all(&|_, _| {})
         .await
         .expect("rebuild all");
     out.push((
-        "all projections at once (`awl projections rebuild`)".into(),
+        "all projections in one pass (`awl projections rebuild`)".into(),
         head as f64 / started.elapsed().as_secs_f64(),
     ));
     out

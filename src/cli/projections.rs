@@ -59,18 +59,10 @@ pub async fn run(store: EventStore, command: ProjectionsCommand) -> anyhow::Resu
             eprintln!("rebuilt {name} in {:.1} s", started.elapsed().as_secs_f64());
         }
         ProjectionsCommand::Rebuild { name: None } => {
-            // All at once; the bar follows the one furthest behind.
+            // All at once, in one pass over the log.
             let started = std::time::Instant::now();
-            let at: std::sync::Mutex<std::collections::BTreeMap<String, (i64, i64)>> =
-                Default::default();
             projections
-                .rebuild_all(&|name, position, head| {
-                    let mut at = at.lock().unwrap_or_else(|p| p.into_inner());
-                    at.insert(name.to_string(), (position, head));
-                    if let Some((p, h)) = at.values().min_by_key(|(p, _)| *p) {
-                        progress_bar("all", *p, *h);
-                    }
-                })
+                .rebuild_all(&|position, head| progress_bar("all", position, head))
                 .await?;
             eprintln!();
             eprintln!(

@@ -103,7 +103,7 @@ impl Writer<'_> {
     }
 
     /// Insert `rows` into `table` (a `{table}` name), replacing the row with the same
-    /// `key` columns: multi-row statements of at most 500 rows.
+    /// `key` columns: multi-row statements of at most 2,000 rows.
     pub async fn upsert(
         &mut self,
         table: &str,
@@ -111,7 +111,7 @@ impl Writer<'_> {
         key: &[&str],
         rows: Vec<Vec<Param>>,
     ) -> Result<(), ProjectionError> {
-        let per_statement = (60_000 / columns.len().max(1)).clamp(1, 500);
+        let per_statement = (60_000 / columns.len().max(1)).clamp(1, 2_000);
         let updates: Vec<String> = columns
             .iter()
             .filter(|c| !key.contains(c))

@@ -24,7 +24,7 @@ use super::{Projection, ProjectionError, Writer, all, name_tables};
 pub const BATCH: i64 = 1_000;
 
 /// Events applied per transaction while rebuilding.
-const REBUILD_PAGE: i64 = 5_000;
+const REBUILD_PAGE: i64 = 10_000;
 
 /// The state of one projection, for `awl projections status` and the API.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -319,19 +319,131 @@ impl Projections {
         Ok(())
     }
 
-    /// Rebuild every projection, all at once (each on its own connection): the log is
-    /// read by each, the work overlaps. `progress(name, position, head)`.
+    /// Rebuild every projection in one pass over the log: new generations of all of
+    /// them are filled page by page (the next page is read while the current one is
+    /// applied), then, holding every projection's lock, the last events are applied
+    /// and all views are swapped in one commit. `progress(position, head)`.
     pub async fn rebuild_all(
         &self,
-        progress: &(dyn Fn(&str, i64, i64) + Sync),
+        progress: &(dyn Fn(i64, i64) + Sync),
     ) -> Result<(), ProjectionError> {
-        let names = self.names();
-        let jobs = names.iter().map(|name| async move {
-            self.rebuild(name, &|at, head| progress(name, at, head))
-                .await
-        });
-        for result in futures_util::future::join_all(jobs).await {
-            result?;
+        self.prepare().await?;
+        let backend = self.store.backend_name();
+        let mut list: Vec<Arc<dyn Projection>> = self.list.clone();
+        list.sort_by_key(|p| p.name());
+        // The next generation of each, created empty.
+        let mut next = Vec::with_capacity(list.len());
+        {
+            let mut tx = self.store.begin().await?;
+            for p in &list {
+                let state = read_state(&mut tx, p.name(), true, backend)
+                    .await?
+                    .ok_or_else(|| {
+                        ProjectionError::Unknown(p.name().to_string(), "it has no state".into())
+                    })?;
+                let generation = state.generation + 1;
+                drop_generation(&mut tx, p.as_ref(), generation).await?;
+                create_generation(&mut tx, p.as_ref(), generation).await?;
+                next.push(generation);
+            }
+            tx.commit().await?;
+        }
+        let all = EventFilter::default();
+        let mut position = 0;
+        let mut page = self.store.read_page(0, REBUILD_PAGE, &all).await?;
+        loop {
+            let head = self.store.head().await?;
+            let (events, scanned) = page;
+            if scanned <= position || head - scanned <= BATCH {
+                // Close to the head: finish under the locks.
+                page = (events, scanned);
+                break;
+            }
+            // Read ahead while this page is applied.
+            let store = self.store.clone();
+            let ahead = tokio::spawn(async move {
+                store
+                    .read_page(scanned, REBUILD_PAGE, &EventFilter::default())
+                    .await
+            });
+            let mut tx = self.store.begin().await?;
+            self.apply_to(&mut tx, &list, &next, &events).await?;
+            tx.commit().await?;
+            position = scanned;
+            progress(position, head);
+            page = ahead.await.map_err(|e| ProjectionError::Corrupt {
+                projection: "rebuild",
+                reason: e.to_string(),
+            })??;
+        }
+        let mut tx = self.store.begin().await?;
+        let mut old = Vec::with_capacity(list.len());
+        for p in &list {
+            let state = read_state(&mut tx, p.name(), true, backend)
+                .await?
+                .ok_or_else(|| {
+                    ProjectionError::Unknown(p.name().to_string(), "it has no state".into())
+                })?;
+            old.push(state.generation);
+        }
+        let (mut events, mut scanned) = page;
+        loop {
+            if scanned > position {
+                self.apply_to(&mut tx, &list, &next, &events).await?;
+                position = scanned;
+            }
+            (events, scanned) = self.store.read_page(position, BATCH, &all).await?;
+            if scanned <= position {
+                break;
+            }
+        }
+        for ((p, generation), previous) in list.iter().zip(&next).zip(&old) {
+            point_views(&mut tx, p.as_ref(), *generation).await?;
+            drop_generation(&mut tx, p.as_ref(), *previous).await?;
+            tx.execute(
+                "UPDATE projection_state SET version = ?, generation = ?, position = ? WHERE name = ?",
+                &[
+                    Param::from(i64::from(p.version())),
+                    Param::from(*generation),
+                    Param::from(position),
+                    Param::from(p.name()),
+                ],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        progress(position, position);
+        Ok(())
+    }
+
+    /// Give each projection its share of `events`, writing generation `next[i]`.
+    async fn apply_to(
+        &self,
+        tx: &mut StoreTx,
+        list: &[Arc<dyn Projection>],
+        next: &[i64],
+        events: &[crate::log::RecordedEvent],
+    ) -> Result<(), ProjectionError> {
+        for (p, generation) in list.iter().zip(next) {
+            let kinds = p.stream_types();
+            let mine: Vec<_> = if kinds.is_empty() {
+                events.to_vec()
+            } else {
+                events
+                    .iter()
+                    .filter(|e| kinds.contains(&e.stream.kind))
+                    .cloned()
+                    .collect()
+            };
+            if mine.is_empty() {
+                continue;
+            }
+            let mut w = Writer {
+                tx,
+                tables: p.tables(),
+                generation: *generation,
+            };
+            p.apply(&mut w, &mine).await?;
         }
         Ok(())
     }
