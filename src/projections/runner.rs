@@ -23,6 +23,9 @@ use super::{Projection, ProjectionError, Writer, all, name_tables};
 /// Events applied per transaction while following the log.
 pub const BATCH: i64 = 1_000;
 
+/// How long the follower waits after a wake-up before reading the log.
+const FOLLOW_GATHER: Duration = Duration::from_millis(5);
+
 /// Events applied per transaction while rebuilding.
 const REBUILD_PAGE: i64 = 10_000;
 
@@ -65,6 +68,19 @@ impl Projections {
         Self { store, list }
     }
 
+    /// A transaction for projection writes. On Postgres it commits without waiting for
+    /// the WAL flush (`synchronous_commit = off`): a projection is a cache of the log,
+    /// and a crash can only lose its last batches, checkpoint and rows together, which
+    /// are applied again at the next start.
+    async fn begin(&self) -> Result<StoreTx, ProjectionError> {
+        let mut tx = self.store.begin().await?;
+        if self.store.backend_name() == "postgres" {
+            tx.execute("SET LOCAL synchronous_commit = off", &[])
+                .await?;
+        }
+        Ok(tx)
+    }
+
     pub fn names(&self) -> Vec<&'static str> {
         self.list.iter().map(|p| p.name()).collect()
     }
@@ -82,7 +98,7 @@ impl Projections {
     pub async fn prepare(&self) -> Result<Vec<&'static str>, ProjectionError> {
         let mut outdated = Vec::new();
         for p in &self.list {
-            let mut tx = self.store.begin().await?;
+            let mut tx = self.begin().await?;
             lock_all(&mut tx, self.store.backend_name()).await?;
             match read_state(&mut tx, p.name(), false, self.store.backend_name()).await? {
                 Some(state) => {
@@ -109,7 +125,7 @@ impl Projections {
     /// Apply one batch to `name`; the number of log positions it moved past (0 when
     /// it was caught up).
     pub async fn step(&self, p: &dyn Projection) -> Result<i64, ProjectionError> {
-        let mut tx = self.store.begin().await?;
+        let mut tx = self.begin().await?;
         let Some(state) = read_state(&mut tx, p.name(), true, self.store.backend_name()).await?
         else {
             tx.rollback().await?;
@@ -160,7 +176,7 @@ impl Projections {
     /// checkpoint moved (0: all caught up).
     pub async fn step_all(&self) -> Result<i64, ProjectionError> {
         let backend = self.store.backend_name();
-        let mut tx = self.store.begin().await?;
+        let mut tx = self.begin().await?;
         // Lock in name order, the same order everywhere, so two processes cannot
         // deadlock.
         let mut list: Vec<&Arc<dyn Projection>> = self.list.iter().collect();
@@ -239,7 +255,11 @@ impl Projections {
             }
             tokio::select! {
                 _ = stop.changed() => return Ok(()),
-                _ = wake.changed() => {}
+                _ = wake.changed() => {
+                    // Let a burst of appends gather into one batch (one commit for many
+                    // events): lag grows by at most this much.
+                    tokio::time::sleep(FOLLOW_GATHER).await;
+                }
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
@@ -256,7 +276,7 @@ impl Projections {
         self.prepare().await?;
         let backend = self.store.backend_name();
         let next = {
-            let mut tx = self.store.begin().await?;
+            let mut tx = self.begin().await?;
             let state = read_state(&mut tx, p.name(), true, backend)
                 .await?
                 .ok_or_else(|| {
@@ -281,7 +301,7 @@ impl Projections {
             progress(position, head);
         }
         // The rest, and the swap, under the lock.
-        let mut tx = self.store.begin().await?;
+        let mut tx = self.begin().await?;
         let state = read_state(&mut tx, p.name(), true, backend)
             .await?
             .ok_or_else(|| {
@@ -334,7 +354,7 @@ impl Projections {
         // The next generation of each, created empty.
         let mut next = Vec::with_capacity(list.len());
         {
-            let mut tx = self.store.begin().await?;
+            let mut tx = self.begin().await?;
             for p in &list {
                 let state = read_state(&mut tx, p.name(), true, backend)
                     .await?
@@ -366,7 +386,7 @@ impl Projections {
                     .read_page(scanned, REBUILD_PAGE, &EventFilter::default())
                     .await
             });
-            let mut tx = self.store.begin().await?;
+            let mut tx = self.begin().await?;
             self.apply_to(&mut tx, &list, &next, &events).await?;
             tx.commit().await?;
             position = scanned;
@@ -376,7 +396,7 @@ impl Projections {
                 reason: e.to_string(),
             })??;
         }
-        let mut tx = self.store.begin().await?;
+        let mut tx = self.begin().await?;
         let mut old = Vec::with_capacity(list.len());
         for p in &list {
             let state = read_state(&mut tx, p.name(), true, backend)
@@ -458,7 +478,7 @@ impl Projections {
     ) -> Result<i64, ProjectionError> {
         let (events, scanned) = self.store.read_page(after, REBUILD_PAGE, filter).await?;
         if !events.is_empty() {
-            let mut tx = self.store.begin().await?;
+            let mut tx = self.begin().await?;
             let mut w = Writer {
                 tx: &mut tx,
                 tables: p.tables(),
@@ -478,7 +498,7 @@ impl Projections {
         events: &[crate::log::RecordedEvent],
     ) -> Result<(), ProjectionError> {
         let p = self.find(name)?;
-        let mut tx = self.store.begin().await?;
+        let mut tx = self.begin().await?;
         let state = read_state(&mut tx, p.name(), true, self.store.backend_name())
             .await?
             .ok_or_else(|| {
