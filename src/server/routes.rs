@@ -98,7 +98,7 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(POST "/api/v1/gates/{gate_id}/reject", Operate, "runs", "Reject a gate (a comment is required): its on_reject applies.", req: Some(s::<GateDecisionRequest>), res: Some(s::<RunView>), 200),
         // views (projections)
         route!(GET "/api/v1/views/board", Read, "views", "The board from its projection: tasks by column, oldest first.", req: None, res: Some(s::<Page<BoardRow>>), 200,
-            query: &[("status", "Comma-separated statuses"), ("agent", "Assignee"), ("after", "The `next` of the previous page"), ("limit", "1 to 1000 (default 100)")]),
+            query: &[("status", "Comma-separated statuses"), ("agent", "Assignee"), ("since", "RFC 3339: queued at or after"), ("until", "RFC 3339: queued before"), ("after", "The `next` of the previous page"), ("limit", "1 to 1000 (default 100)")]),
         route!(GET "/api/v1/views/runs", Read, "views", "Runs, newest first: status, workflow, current step, duration, cost.", req: None, res: Some(s::<Page<RunRow>>), 200,
             query: &[("status", "Comma-separated statuses"), ("workflow", "Workflow name"), ("since", "RFC 3339: started at or after"), ("until", "RFC 3339: started before"), ("after", "The `next` of the previous page"), ("limit", "1 to 1000 (default 100)")]),
         route!(GET "/api/v1/views/runs/{run_id}/timeline", Read, "views", "A run's timeline: every step attempt and gate.", req: None, res: Some(s::<Timeline>), 200),

@@ -343,6 +343,12 @@ pub async fn board(
     if let Some(agent) = &p.agent {
         w.add("assignee = ?", [Param::from(agent.clone())]);
     }
+    if let Some(since) = p.time(&p.since, "since")? {
+        w.add("queued_at >= ?", [Param::from(since)]);
+    }
+    if let Some(until) = p.time(&p.until, "until")? {
+        w.add("queued_at < ?", [Param::from(until)]);
+    }
     if let Some((at, id)) = cursor(&p.after)? {
         w.add(
             "(queued_at > ? OR (queued_at = ? AND task_id > ?))",

@@ -513,6 +513,12 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
     })
     .await;
     assert_eq!(board["rows"][0]["prompt"], "look at the release");
+    let later = (Utc::now() + chrono::Duration::hours(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let none = get(&format!("/api/v1/views/board?since={later}")).await;
+    assert_eq!(none["rows"].as_array().unwrap().len(), 0, "{none}");
+    let bad = get("/api/v1/views/board?since=yesterday").await;
+    assert_eq!(bad["error"]["code"], "invalid_request");
     let agents = get("/api/v1/views/agents").await;
     assert_eq!(agents[0]["agent_id"], "a");
     assert!(agents[0]["last_seen_at"].is_string(), "{agents}");
