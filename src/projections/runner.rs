@@ -122,48 +122,6 @@ impl Projections {
         Ok(outdated)
     }
 
-    /// Apply one batch to `name`; the number of log positions it moved past (0 when
-    /// it was caught up).
-    pub async fn step(&self, p: &dyn Projection) -> Result<i64, ProjectionError> {
-        let mut tx = self.begin().await?;
-        let Some(state) = read_state(&mut tx, p.name(), true, self.store.backend_name()).await?
-        else {
-            tx.rollback().await?;
-            return Err(ProjectionError::Unknown(
-                p.name().to_string(),
-                "run prepare first".into(),
-            ));
-        };
-        let filter = filter_of(p);
-        let (events, scanned) = self.store.read_page(state.position, BATCH, &filter).await?;
-        if scanned <= state.position {
-            tx.rollback().await?;
-            return Ok(0);
-        }
-        if !events.is_empty() {
-            let mut w = Writer {
-                tx: &mut tx,
-                tables: p.tables(),
-                generation: state.generation,
-            };
-            p.apply(&mut w, &events).await?;
-        }
-        tx.execute(
-            "UPDATE projection_state SET position = ? WHERE name = ?",
-            &[Param::from(scanned), Param::from(p.name())],
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(scanned - state.position)
-    }
-
-    /// Apply batches until the projection has caught up with the head it saw.
-    pub async fn catch_up(&self, name: &str) -> Result<(), ProjectionError> {
-        let p = self.find(name)?;
-        while self.step(p.as_ref()).await? > 0 {}
-        Ok(())
-    }
-
     /// Catch every projection up.
     pub async fn catch_up_all(&self) -> Result<(), ProjectionError> {
         while self.step_all().await? > 0 {}
