@@ -23,6 +23,7 @@ use crate::executor::definitions::{self, Definitions};
 use crate::executor::{ExecError, Worker, WorkerConfig, system_clock};
 use crate::log::{EventFilter, StreamRef, StreamType};
 use crate::runners::{Runners, RunnersConfig};
+use crate::store::rows::Param;
 use crate::store::{EventStore, domain_io};
 use crate::workflow::inputs::{self, Given};
 
@@ -460,45 +461,45 @@ async fn all_runs(
     status: Option<&str>,
     limit: usize,
 ) -> anyhow::Result<Vec<Run>> {
-    let filter = EventFilter {
-        stream_types: vec![StreamType::Run],
-        event_types: vec!["run.started".into()],
-        ..EventFilter::default()
+    // The runs projection keeps every run's folded state: bring it up to date with the
+    // log (nothing to do when a server keeps it live), then read it, newest first.
+    let projections = crate::projections::Projections::new(store.clone());
+    projections.prepare().await?;
+    projections.catch_up_all().await?;
+    let mut clauses = Vec::new();
+    let mut params = Vec::new();
+    if let Some(w) = workflow {
+        clauses.push("workflow = ?");
+        params.push(Param::from(w));
+    }
+    if let Some(s) = status {
+        clauses.push("status = ?");
+        params.push(Param::from(s));
+    }
+    let filter = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", clauses.join(" AND "))
     };
-    // The workflow is in the start event: filter before reading any run.
-    let mut ids = Vec::new();
-    let mut after = 0;
-    loop {
-        let (events, scanned) = store.read_page(after, 1_000, &filter).await?;
-        ids.extend(
-            events
-                .into_iter()
-                .filter(|e| workflow.is_none_or(|w| e.payload["workflow"] == w))
-                .map(|e| e.stream.id),
-        );
-        if scanned == after {
-            break;
-        }
-        after = scanned;
-    }
-    ids.reverse();
-    // Newest first; only the status needs the whole stream, so without one only the
-    // `limit` newest runs are read.
-    let mut runs = Vec::new();
-    for chunk in ids.chunks(limit.clamp(1, 500)) {
-        let streams = store.read_streams(StreamType::Run, chunk).await?;
-        for id in chunk {
-            let events = streams.get(id).map(Vec::as_slice).unwrap_or_default();
-            let run = domain_io::fold::<Run>(events)?.0;
-            if status.is_none_or(|s| run.status().is_some_and(|st| st.as_str() == s)) {
-                runs.push(run);
-                if runs.len() == limit {
-                    return Ok(runs);
-                }
-            }
-        }
-    }
-    Ok(runs)
+    let sql = format!(
+        "SELECT run_id, state FROM runs{filter} ORDER BY started_at DESC, run_id DESC LIMIT {}",
+        limit.clamp(1, 100_000)
+    );
+    store
+        .query_rows(&sql, &params)
+        .await?
+        .into_iter()
+        .map(|row| {
+            let state = row.get("state").and_then(Value::as_str).unwrap_or_default();
+            serde_json::from_str::<Run>(state).map_err(|e| {
+                anyhow::anyhow!(
+                    "the runs view's state of run {} cannot be read ({e}); \
+                     `awl projections rebuild runs` rebuilds it from the log",
+                    row.get("run_id").and_then(Value::as_str).unwrap_or("?")
+                )
+            })
+        })
+        .collect()
 }
 
 fn run_json(run: &Run) -> Value {

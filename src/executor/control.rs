@@ -101,8 +101,31 @@ fn refused(e: impl std::fmt::Display) -> ExecError {
     ExecError::Refused(e.to_string())
 }
 
-/// The run a gate belongs to (from its `run.gate_opened` event).
+/// The run a gate belongs to: from the runs projection's gates when it has the gate,
+/// else from the gate's `run.gate_opened` event in the log (a projection that is
+/// behind, or not built, never hides a gate).
 pub async fn find_gate(store: &EventStore, gate_id: GateId) -> Result<RunId, ExecError> {
+    let known = store
+        .query_rows(
+            "SELECT run_id FROM run_gates WHERE gate_id = ?",
+            &[crate::store::rows::Param::from(gate_id.to_string())],
+        )
+        .await
+        .ok()
+        .and_then(|rows| rows.into_iter().next())
+        .and_then(|row| {
+            row.get("run_id")
+                .and_then(|v| v.as_str())
+                .and_then(|id| id.parse().ok())
+        });
+    if let Some(run_id) = known {
+        return Ok(run_id);
+    }
+    scan_for_gate(store, gate_id).await
+}
+
+/// [`find_gate`] by reading the log's `run.gate_opened` events.
+async fn scan_for_gate(store: &EventStore, gate_id: GateId) -> Result<RunId, ExecError> {
     let filter = EventFilter {
         stream_types: vec![StreamType::Run],
         event_types: vec!["run.gate_opened".into()],
