@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
@@ -20,7 +20,7 @@ use crate::domain::workspace::{Capabilities, Workspace};
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::Body;
+use super::extract::{Body, Params};
 use super::routes::{Health, openapi};
 use super::runs_api::{self, GateDecisionRequest, RunView, StartRunRequest};
 use super::tokens_api::*;
@@ -196,7 +196,7 @@ pub struct TaskListParams {
 
 pub async fn tasks(
     State(app): State<AppState>,
-    Query(p): Query<TaskListParams>,
+    Params(p): Params<TaskListParams>,
 ) -> Api<Json<TaskPage>> {
     Ok(Json(app.board.tasks(&task_query(p)?)?))
 }

@@ -9,7 +9,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::{Stream, StreamExt};
@@ -21,6 +21,7 @@ use crate::store::rows::Param;
 
 use super::AppState;
 use super::error::ApiError;
+use super::extract::Params;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -71,7 +72,7 @@ fn sse(events: Events) -> EventStream {
 pub async fn log_stream(
     State(app): State<AppState>,
     headers: HeaderMap,
-    Query(p): Query<StreamParams>,
+    Params(p): Params<StreamParams>,
 ) -> Result<EventStream, ApiError> {
     let after = start(&app, &headers, p.after).await?;
     let filter = EventFilter {
@@ -122,7 +123,7 @@ pub async fn view_stream(
     State(app): State<AppState>,
     Path(view): Path<String>,
     headers: HeaderMap,
-    Query(p): Query<StreamParams>,
+    Params(p): Params<StreamParams>,
 ) -> Result<EventStream, ApiError> {
     let (projection, kinds) = view_source(&view).ok_or_else(|| {
         ApiError::not_found(

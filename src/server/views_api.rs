@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -19,6 +19,7 @@ use crate::store::rows::Param;
 
 use super::AppState;
 use super::error::ApiError;
+use super::extract::Params;
 
 type Api<T> = Result<Json<T>, ApiError>;
 
@@ -336,7 +337,7 @@ const RUN_COLUMNS: &str = "run_id, workflow, workflow_version, status, current_s
 /// The board: tasks oldest first.
 pub async fn board(
     State(app): State<AppState>,
-    Query(p): Query<ViewParams>,
+    Params(p): Params<ViewParams>,
 ) -> Api<Page<BoardRow>> {
     let mut w = Where::default();
     w.any_of("status", &p.statuses());
@@ -382,7 +383,7 @@ fn page_end<T>(rows: &mut Vec<T>, limit: i64, key: impl Fn(&T) -> String) -> Opt
 }
 
 /// Runs, newest first.
-pub async fn runs(State(app): State<AppState>, Query(p): Query<ViewParams>) -> Api<Page<RunRow>> {
+pub async fn runs(State(app): State<AppState>, Params(p): Params<ViewParams>) -> Api<Page<RunRow>> {
     let mut w = Where::default();
     w.any_of("status", &p.statuses());
     if let Some(workflow) = &p.workflow {
@@ -447,7 +448,10 @@ pub async fn timeline(State(app): State<AppState>, Path(run_id): Path<String>) -
 }
 
 /// Open gates, oldest first.
-pub async fn inbox(State(app): State<AppState>, Query(p): Query<ViewParams>) -> Api<Vec<GateRow>> {
+pub async fn inbox(
+    State(app): State<AppState>,
+    Params(p): Params<ViewParams>,
+) -> Api<Vec<GateRow>> {
     let mut w = Where::default();
     w.add("decision IS NULL", []);
     if let Some(workflow) = &p.workflow {
@@ -482,7 +486,7 @@ pub async fn agents(State(app): State<AppState>) -> Api<Vec<AgentRow>> {
 /// Who did what and when, newest first.
 pub async fn audit(
     State(app): State<AppState>,
-    Query(p): Query<ViewParams>,
+    Params(p): Params<ViewParams>,
 ) -> Api<Page<AuditRow>> {
     let mut w = Where::default();
     if let Some(actor) = &p.actor {
@@ -512,7 +516,7 @@ pub async fn audit(
 /// the runs projection's counters (durations from its histogram: within a fifth).
 pub async fn workflow_analytics(
     State(app): State<AppState>,
-    Query(p): Query<ViewParams>,
+    Params(p): Params<ViewParams>,
 ) -> Api<Vec<WorkflowStats>> {
     let mut w = Where::default();
     if let Some(workflow) = &p.workflow {
@@ -651,7 +655,7 @@ fn percentile_of(histogram: &BTreeMap<i64, i64>, q: f64) -> Option<i64> {
 /// Per step: finished attempts, failures by class, retries, mean duration.
 pub async fn step_analytics(
     State(app): State<AppState>,
-    Query(p): Query<ViewParams>,
+    Params(p): Params<ViewParams>,
 ) -> Api<Vec<StepStats>> {
     let mut w = Where::default();
     if let Some(workflow) = &p.workflow {

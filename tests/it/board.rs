@@ -1042,8 +1042,31 @@ async fn bad_bodies_are_answered_4xx(backend: Backend) {
             None,
         )
         .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST.max(status), "{body}");
-    assert!(status.is_client_error());
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_request")),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown status \"DONE\""),
+        "{body}"
+    );
+    // An unknown or ill-typed query parameter is a JSON error too.
+    for query in [
+        "/api/v1/tasks?colour=red",
+        "/api/v1/tasks?limit=many",
+        "/api/v1/views/runs?page=2",
+    ] {
+        let (status, body) = api.call(Some(&tk.viewer), Method::GET, query, None).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_query")),
+            "{query}: {body}"
+        );
+    }
     let (status, _) = api
         .call(
             Some(&tk.viewer),
