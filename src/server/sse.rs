@@ -7,6 +7,7 @@
 //! Streams end when the server stops.
 
 use std::convert::Infallible;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
@@ -138,17 +139,24 @@ pub async fn view_stream(
     };
     let store = app.board.store().clone();
     let closing = app.board.closing();
+    // The projection's checkpoint as last read: events at or below it need no query
+    // (one read usually covers a whole burst of events).
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
     let events = store
         .tail(after, filter)
         .take_until(wait_closed(closing))
         .then(move |e| {
             let store = app.board.store().clone();
+            let seen = seen.clone();
             async move {
                 let e = match e {
                     Ok(e) => e,
                     Err(e) => return Ok(Event::default().event("error").data(e.to_string())),
                 };
-                applied(&store, projection, e.position).await;
+                if seen.load(Ordering::Relaxed) < e.position {
+                    let at = applied(&store, projection, e.position).await;
+                    seen.fetch_max(at, Ordering::Relaxed);
+                }
                 let data = json!({
                     "position": e.position,
                     "stream_type": e.stream.kind.as_str(),
@@ -164,9 +172,10 @@ pub async fn view_stream(
     Ok(sse(Box::pin(events)))
 }
 
-/// Wait (up to 5 s) until `projection` has applied `position`.
-async fn applied(store: &crate::store::EventStore, projection: &str, position: i64) {
+/// Wait (up to 5 s) until `projection` has applied `position`; its checkpoint then.
+async fn applied(store: &crate::store::EventStore, projection: &str, position: i64) -> i64 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut at = 0;
     while tokio::time::Instant::now() < deadline {
         let rows = store
             .query_rows(
@@ -175,14 +184,15 @@ async fn applied(store: &crate::store::EventStore, projection: &str, position: i
             )
             .await
             .unwrap_or_default();
-        let at = rows
+        at = rows
             .first()
             .and_then(|r| r.get("position"))
             .and_then(|v| v.as_i64())
             .unwrap_or(0);
         if at >= position {
-            return;
+            return at;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    at
 }
