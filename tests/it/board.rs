@@ -696,6 +696,35 @@ async fn unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock(backend:
         .unwrap()
         .expect("requeued for a");
     assert_eq!(got.task_id, task.task_id);
+
+    // Two servers: a calls in on the other one only. This server has not seen a for
+    // longer than lost_after, but the shared presence table has, so the task stays.
+    board.ack(id, &a).await.unwrap();
+    let (other_clock, other_now) = manual_clock(gone);
+    let other = Board::open(t.store.clone(), other_clock, BoardConfig::default())
+        .await
+        .unwrap();
+    let called = gone + chrono::Duration::minutes(4);
+    *other_now.lock().unwrap() = called;
+    other.touch(&a);
+    crate::support::wait_for(10, "the presence row", async || {
+        let seen = t.store.presence(&["a".to_string()]).await.unwrap();
+        (seen.get("a").map(|t| t.timestamp_micros()) == Some(called.timestamp_micros()))
+            .then_some(())
+    })
+    .await;
+    let check = gone + chrono::Duration::minutes(6);
+    *now.lock().unwrap() = check;
+    assert!(
+        board.sweep(check).await.unwrap().is_empty(),
+        "a called another server 2 minutes ago: not lost"
+    );
+    let much_later = called + chrono::Duration::minutes(6);
+    *now.lock().unwrap() = much_later;
+    assert_eq!(
+        board.sweep(much_later).await.unwrap(),
+        vec![(id, RequeueReason::AgentLost)]
+    );
 }
 
 // ---------------------------------------------------------------- 5. illegal transitions
