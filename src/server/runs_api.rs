@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -179,19 +180,34 @@ pub async fn start_run(
         None => RunId::new(),
     };
     let stream = StreamRef::new(StreamType::Run, run_id.to_string());
-    if key.is_some() {
+    // The run this key already started, if any (the same request again).
+    let earlier = async || -> Result<Option<StartedRun>, ApiError> {
         let (existing, v) = domain_io::load::<Run>(app.board.store(), &stream).await?;
-        if v > 0 {
-            let started = StartedRun {
-                run_id: run_id.as_uuid(),
-                workflow: existing
-                    .workflow()
-                    .map(|w| w.to_string())
-                    .unwrap_or_default(),
-                version: existing.workflow_version().to_string(),
-            };
-            return Ok((started, false));
+        if v == 0 {
+            return Ok(None);
         }
+        let same = existing.workflow().map(|w| w.as_str()) == Some(name.as_str())
+            && *existing.inputs() == Value::Object(inputs.clone());
+        if !same {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "idempotency_mismatch",
+                format!(
+                    "Idempotency-Key {:?} was already used for run {run_id} with a different request",
+                    key.unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(Some(StartedRun {
+            run_id: run_id.as_uuid(),
+            workflow: name.clone(),
+            version: existing.workflow_version().to_string(),
+        }))
+    };
+    if key.is_some()
+        && let Some(started) = earlier().await?
+    {
+        return Ok((started, false));
     }
     let registered = Registered {
         name: name.clone(),
@@ -199,15 +215,24 @@ pub async fn start_run(
         content_hash: String::new(),
         workflow,
     };
-    control::start_run(
+    let result = control::start_run(
         app.board.store(),
         &registered,
-        inputs,
+        inputs.clone(),
         run_id,
         &who.name,
         Utc::now(),
     )
-    .await?;
+    .await;
+    if let Err(e) = result {
+        // A concurrent request with the same key started it first.
+        if key.is_some()
+            && let Some(started) = earlier().await?
+        {
+            return Ok((started, false));
+        }
+        return Err(e.into());
+    }
     let started = StartedRun {
         run_id: run_id.as_uuid(),
         workflow: name,

@@ -1209,6 +1209,34 @@ async fn a_workflow_agent_step_is_done_by_an_agent_over_http(backend: Backend) {
         )
         .await;
     let run_id = started["run_id"].as_str().unwrap().to_string();
+    // A run started with an Idempotency-Key is started once; the same key with another
+    // request is refused. (Its agent task, in another repository, waits behind ours.)
+    let start = |key: &'static str, repo: &'static str| {
+        let request = api
+            .http
+            .post(format!("{}/api/v1/runs", api.base))
+            .bearer_auth(&tk.operator)
+            .header("idempotency-key", key)
+            .json(&json!({"workflow": "agent-review", "inputs": {"repo": repo}}));
+        async move {
+            let r = request.send().await.unwrap();
+            (r.status(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (first, a) = start("deploy-42", "org/other").await;
+    let (again, b) = start("deploy-42", "org/other").await;
+    assert_eq!(
+        (first, again),
+        (StatusCode::CREATED, StatusCode::OK),
+        "{a} {b}"
+    );
+    assert_eq!(a["run_id"], b["run_id"]);
+    let (other, c) = start("deploy-42", "org/third").await;
+    assert_eq!(
+        (other, c["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("idempotency_mismatch")),
+        "{c}"
+    );
 
     let got = api
         .ok(
