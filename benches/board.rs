@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use awl::auth::{Role, create_token};
-use awl::executor::system_clock;
+use awl::clock::system_clock;
 use awl::runners::{Runners, RunnersConfig};
 use awl::server::{self, ServeConfig, Server};
 use awl::store::StoreOptions;

@@ -14,12 +14,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use awl::clock::system_clock;
 use awl::domain::ids::RunId;
 use awl::domain::run::{Run, RunStatus};
 use awl::engine::{self, TickInput};
 use awl::executor::control;
 use awl::executor::definitions::{self, Registered};
-use awl::executor::{Worker, WorkerConfig, system_clock};
+use awl::executor::{Worker, WorkerConfig};
 use awl::log::{StreamRef, StreamType};
 use awl::runners::{Runners, RunnersConfig};
 use awl::store::{EventStore, StoreOptions, domain_io};

@@ -20,13 +20,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use awl::clock::system_clock;
 use awl::domain::Decide;
 use awl::domain::ids::{AgentId, RunId, TaskId};
 use awl::domain::task::{CompletedBy, Task, TaskCommand};
 use awl::domain::workspace::Capabilities;
 use awl::executor::control;
 use awl::executor::definitions;
-use awl::executor::{Worker, WorkerConfig, system_clock};
+use awl::executor::{Worker, WorkerConfig};
 use awl::log::{Metadata, StreamRef, StreamType};
 use awl::projections::Projections;
 use awl::runners::{Runners, RunnersConfig};

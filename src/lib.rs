@@ -22,6 +22,7 @@
 pub mod auth;
 pub mod board;
 pub mod cli;
+pub mod clock;
 pub mod domain;
 pub mod engine;
 pub mod executor;

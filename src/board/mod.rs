@@ -34,12 +34,12 @@ use futures_util::StreamExt;
 use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
+use crate::clock::Clock;
 use crate::domain::Decide;
 use crate::domain::agent::{Agent, AgentCommand};
 use crate::domain::ids::{AgentId, QuestionId, RunId, TaskId};
 use crate::domain::task::{CompletedBy, RequeueReason, Task, TaskCommand, TaskEvent, TaskStatus};
 use crate::domain::workspace::{Capabilities, Workspace};
-use crate::executor::Clock;
 use crate::log::{EventFilter, Metadata, StreamRef, StreamType};
 use crate::store::{EventStore, StoreError, domain_io};
 

@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 
 use crate::board::wire::*;
 use crate::board::{Board, BoardConfig, Caller, TaskQuery};
+use crate::clock::system_clock;
 use crate::domain::ids::{QuestionId, TaskId};
 use crate::domain::task::TaskStatus;
-use crate::executor::system_clock;
 use crate::store::EventStore;
 
 use super::runs::actor;

@@ -15,12 +15,13 @@ use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use crate::clock::system_clock;
 use crate::domain::ids::{AgentId, GateId, RunId, TaskId};
 use crate::domain::run::{AttemptOutcome, Run, RunEvent, RunOutcome, RunStatus, StepState};
 use crate::engine::{self, TickInput};
 use crate::executor::control::{self, GateDecision, TaskFinish};
 use crate::executor::definitions::{self, Definitions};
-use crate::executor::{ExecError, Worker, WorkerConfig, system_clock};
+use crate::executor::{ExecError, Worker, WorkerConfig};
 use crate::log::{EventFilter, StreamRef, StreamType};
 use crate::runners::{Runners, RunnersConfig};
 use crate::store::rows::Param;

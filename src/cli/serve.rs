@@ -8,7 +8,8 @@ use std::time::Duration;
 use chrono::Utc;
 use clap::Args;
 
-use crate::executor::{WorkerConfig, definitions, system_clock};
+use crate::clock::system_clock;
+use crate::executor::{WorkerConfig, definitions};
 use crate::server::{self, ServeConfig};
 use crate::store::EventStore;
 

@@ -20,7 +20,7 @@ pub mod definitions;
 mod perform;
 mod worker;
 
-pub use worker::{Clock, Worker, WorkerConfig, system_clock};
+pub use worker::{Worker, WorkerConfig};
 
 use crate::engine::EngineError;
 use crate::store::StoreError;

@@ -25,6 +25,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
+use crate::clock::Clock;
 use crate::domain::Decide;
 use crate::domain::ids::AgentId;
 use crate::domain::run::{ErrorClass, ParentRef, Run, RunOutcome, StepState};
@@ -40,13 +41,6 @@ use crate::workflow::model::{StepKind, Workflow};
 use super::ExecError;
 use super::definitions::Definitions;
 use super::perform::{self, Call};
-
-/// Where a worker reads the time: the system clock, or a test's.
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
-
-pub fn system_clock() -> Clock {
-    Arc::new(Utc::now)
-}
 
 /// How a worker behaves.
 #[derive(Clone)]

@@ -23,63 +23,18 @@
 //! `budget` failures say nothing about the dependency and are ignored; every other
 //! class is a failure.
 //!
-//! Time comes from a [`Clock`] so the state machine is tested without sleeping.
+//! Time comes from a [`Monotonic`] clock so the state machine is tested without
+//! sleeping.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::clock::Monotonic;
 use crate::domain::run::ErrorClass;
 
 use super::{StepFailure, StepSuccess};
-
-/// A source of monotonic time.
-pub trait Clock: Send + Sync + fmt::Debug {
-    fn now(&self) -> Instant;
-}
-
-/// The system's monotonic clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-}
-
-/// A clock that moves only when told to (for tests).
-#[derive(Debug)]
-pub struct ManualClock {
-    now: Mutex<Instant>,
-}
-
-impl ManualClock {
-    pub fn new() -> Self {
-        Self {
-            now: Mutex::new(Instant::now()),
-        }
-    }
-
-    pub fn advance(&self, by: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
-        *now += by;
-    }
-}
-
-impl Default for ManualClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Instant {
-        *self.now.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
 
 /// When a breaker opens, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,7 +127,7 @@ struct KeyState {
 #[derive(Debug, Clone)]
 pub(crate) struct Breakers {
     config: BreakerConfig,
-    clock: Arc<dyn Clock>,
+    clock: Arc<dyn Monotonic>,
     states: Arc<Mutex<HashMap<String, KeyState>>>,
     /// Ids of trial calls: a trial that outlived its half-open period (the breaker
     /// closed and opened again meanwhile) is not mistaken for the current one.
@@ -180,7 +135,7 @@ pub(crate) struct Breakers {
 }
 
 impl Breakers {
-    pub(crate) fn new(config: BreakerConfig, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(config: BreakerConfig, clock: Arc<dyn Monotonic>) -> Self {
         Self {
             config,
             clock,
@@ -322,9 +277,10 @@ impl Drop for Permit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualMonotonic;
 
-    fn breakers(failures: u32) -> (Breakers, Arc<ManualClock>) {
-        let clock = Arc::new(ManualClock::new());
+    fn breakers(failures: u32) -> (Breakers, Arc<ManualMonotonic>) {
+        let clock = Arc::new(ManualMonotonic::new());
         let config = BreakerConfig {
             failures,
             open_for: Duration::from_secs(30),

@@ -29,7 +29,7 @@
 //! | `http` | `http` steps and `notify` webhooks |
 //! | `database` | `database` steps on named Postgres / SQLite connections |
 //! | `builtin` | the built-in tools `noop`, `echo`, `sleep`, `fail` |
-//! | [`breaker`] | the circuit breakers and the injectable [`Clock`] |
+//! | [`breaker`] | the circuit breakers (on an injectable [`Monotonic`] clock) |
 
 pub mod breaker;
 mod builtin;
@@ -48,7 +48,9 @@ use crate::domain::ids::RunId;
 use crate::domain::run::{ErrorClass, StepError};
 use crate::workflow::model::{DatabaseStep, HttpStep, NotifyStep, ShellStep};
 
-pub use breaker::{BreakerConfig, BreakerOpen, Clock, ManualClock, SystemClock};
+pub use breaker::{BreakerConfig, BreakerOpen};
+
+use crate::clock::{Monotonic, SystemMonotonic};
 
 /// One attempt of one step: who is asking, and the limits that apply.
 #[derive(Debug, Clone, Copy)]
@@ -145,7 +147,7 @@ pub struct RunnersConfig {
     /// may take (10 s); the attempt's timeout still applies on top.
     pub connect_timeout: Duration,
     /// The time source of the circuit breakers (the system clock; tests inject one).
-    pub clock: Arc<dyn Clock>,
+    pub clock: Arc<dyn Monotonic>,
 }
 
 impl Default for RunnersConfig {
@@ -158,7 +160,7 @@ impl Default for RunnersConfig {
             max_rows: 10_000,
             database_max_connections: 5,
             connect_timeout: Duration::from_secs(10),
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(SystemMonotonic),
         }
     }
 }

@@ -34,8 +34,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::TokenVerifier;
 use crate::board::{Board, BoardConfig};
+use crate::clock::Clock;
 use crate::executor::definitions::Definitions;
-use crate::executor::{Clock, Worker, WorkerConfig};
+use crate::executor::{Worker, WorkerConfig};
 use crate::runners::Runners;
 use crate::store::EventStore;
 

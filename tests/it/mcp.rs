@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use awl::auth::{Role, create_token};
-use awl::executor::system_clock;
+use awl::clock::system_clock;
 use awl::runners::{Runners, RunnersConfig};
 use awl::server::{ServeConfig, Server, start};
 use awl::store::EventStore;

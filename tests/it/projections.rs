@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use awl::board::wire::SendTaskRequest;
 use awl::board::{Board, BoardConfig, Caller};
+use awl::clock::system_clock;
 use awl::domain::ids::{AgentId, RunId};
 use awl::domain::run::Run;
 use awl::domain::workspace::Capabilities;
 use awl::executor::control::{self, GateDecision};
 use awl::executor::definitions;
-use awl::executor::{Worker, WorkerConfig, system_clock};
+use awl::executor::{Worker, WorkerConfig};
 use awl::log::{EventFilter, StreamRef, StreamType};
 use awl::projections::Projections;
 use awl::runners::{Runners, RunnersConfig};

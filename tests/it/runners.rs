@@ -10,12 +10,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use awl::clock::ManualMonotonic;
 use awl::domain::ids::RunId;
 use awl::domain::run::ErrorClass;
 use awl::runners::breaker::BreakerState;
-use awl::runners::{
-    Attempt, BreakerConfig, ManualClock, Runners, RunnersConfig, StepFailure, StepSuccess,
-};
+use awl::runners::{Attempt, BreakerConfig, Runners, RunnersConfig, StepFailure, StepSuccess};
 use awl::store::StoreLocation;
 use awl::workflow::model::{DatabaseStep, HttpStep, NotifyStep, ShellStep};
 use axum::Router;
@@ -94,7 +93,7 @@ fn refused_port() -> u16 {
 }
 
 /// Runners whose breakers open after 2 failures for 30 s of `clock`'s time.
-fn breaking_runners(clock: &Arc<ManualClock>) -> Runners {
+fn breaking_runners(clock: &Arc<ManualMonotonic>) -> Runners {
     Runners::new(RunnersConfig {
         circuit_breaker: BreakerConfig {
             failures: 2,
@@ -1385,7 +1384,7 @@ async fn runners_notify_posts_a_slack_and_discord_compatible_body() {
 #[tokio::test]
 async fn runners_circuit_breaker_opens_fails_fast_and_closes_after_a_good_trial() {
     let (base, server) = serve().await;
-    let clock = Arc::new(ManualClock::new());
+    let clock = Arc::new(ManualMonotonic::new());
     let r = breaking_runners(&clock);
     let dir = tmp();
     let a = attempt(dir.path(), Some(Duration::from_secs(10)));
@@ -1459,7 +1458,7 @@ async fn runners_circuit_breaker_opens_fails_fast_and_closes_after_a_good_trial(
 
 #[tokio::test]
 async fn runners_circuit_breaker_keys_shell_steps_by_program() {
-    let clock = Arc::new(ManualClock::new());
+    let clock = Arc::new(ManualMonotonic::new());
     let r = breaking_runners(&clock);
     let dir = tmp();
     let a = attempt(dir.path(), None);
