@@ -15,14 +15,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use awl::clock::system_clock;
+use awl::definitions::{self, Registered};
 use awl::domain::ids::RunId;
 use awl::domain::run::{Run, RunStatus};
 use awl::engine::{self, TickInput};
-use awl::executor::control;
-use awl::executor::definitions::{self, Registered};
 use awl::executor::{Worker, WorkerConfig};
 use awl::log::{StreamRef, StreamType};
 use awl::runners::{Runners, RunnersConfig};
+use awl::runs::Runs;
 use awl::store::{EventStore, StoreOptions, domain_io};
 use chrono::Utc;
 use serde_json::Map;
@@ -88,17 +88,11 @@ async fn register(store: &EventStore, path: &Path) -> Registered {
 async fn start_runs(store: &EventStore, registered: &Registered, n: usize) -> Vec<RunId> {
     let mut ids = Vec::with_capacity(n);
     for _ in 0..n {
-        let id = control::start_run(
-            store,
-            registered,
-            Map::new(),
-            RunId::new(),
-            "bench",
-            Utc::now(),
-        )
-        .await
-        .expect("start");
-        ids.push(id);
+        let started = Runs::new(store.clone(), system_clock())
+            .start_version(registered, Map::new(), "bench")
+            .await
+            .expect("start");
+        ids.push(started.run_id);
     }
     ids
 }
@@ -197,19 +191,13 @@ async fn first_step_latency(kind: &str, cfg: &Config) -> (f64, f64) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut samples = Vec::new();
     for _ in 0..100 {
-        let id = RunId::new();
-        let stream = StreamRef::new(StreamType::Run, id.to_string());
         let t0 = Instant::now();
-        control::start_run(
-            &fresh.store,
-            &registered,
-            Map::new(),
-            id,
-            "bench",
-            Utc::now(),
-        )
-        .await
-        .expect("start");
+        let id = Runs::new(fresh.store.clone(), system_clock())
+            .start_version(&registered, Map::new(), "bench")
+            .await
+            .expect("start")
+            .run_id;
+        let stream = StreamRef::new(StreamType::Run, id.to_string());
         let started = Instant::now();
         loop {
             let events = fresh.store.read_stream(&stream).await.expect("read");

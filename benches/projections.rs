@@ -21,16 +21,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use awl::clock::system_clock;
+use awl::definitions;
 use awl::domain::Decide;
-use awl::domain::ids::{AgentId, RunId, TaskId};
+use awl::domain::ids::{AgentId, TaskId};
 use awl::domain::task::{CompletedBy, Task, TaskCommand};
 use awl::domain::workspace::Capabilities;
-use awl::executor::control;
-use awl::executor::definitions;
 use awl::executor::{Worker, WorkerConfig};
 use awl::log::{Metadata, StreamRef, StreamType};
 use awl::projections::Projections;
 use awl::runners::{Runners, RunnersConfig};
+use awl::runs::Runs;
 use awl::server::{self, ServeConfig};
 use awl::store::{EventStore, StoreOptions, domain_io};
 use chrono::{Duration as ChronoDuration, Utc};
@@ -104,16 +104,10 @@ async fn runs(store: &EventStore, location: &awl::store::StoreLocation, n: usize
             let registered = registered.clone();
             tokio::spawn(async move {
                 for _ in 0..n / 8 {
-                    control::start_run(
-                        &store,
-                        &registered,
-                        Map::new(),
-                        RunId::new(),
-                        "bench",
-                        Utc::now(),
-                    )
-                    .await
-                    .expect("start");
+                    Runs::new(store.clone(), system_clock())
+                        .start_version(&registered, Map::new(), "bench")
+                        .await
+                        .expect("start");
                 }
             })
         })

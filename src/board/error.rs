@@ -3,7 +3,9 @@
 use crate::domain::agent::AgentError;
 use crate::domain::ids::{AgentId, IdError, TaskId};
 use crate::domain::task::TaskError;
+use crate::error::{Classified, ErrorKind};
 use crate::store::StoreError;
+use crate::store::command::CommandError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BoardError {
@@ -35,9 +37,39 @@ impl From<IdError> for BoardError {
     }
 }
 
-impl BoardError {
-    /// A stable, machine-readable name for the kind of error.
-    pub fn code(&self) -> &'static str {
+impl From<CommandError<BoardError>> for BoardError {
+    fn from(e: CommandError<BoardError>) -> Self {
+        match e {
+            CommandError::Rejected(e) => e,
+            CommandError::Store(e) => BoardError::Store(e),
+            CommandError::Busy(stream) => BoardError::Busy(stream.to_string()),
+        }
+    }
+}
+
+impl Classified for BoardError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            Self::TaskNotFound(_) | Self::AgentNotFound(_) => ErrorKind::NotFound,
+            Self::Task(TaskError::NotQueued { .. }) => ErrorKind::NotFound,
+            Self::Agent(AgentError::NotRegistered { .. }) => ErrorKind::NotFound,
+            Self::Task(TaskError::NotAssignee { .. }) | Self::Forbidden(_) => ErrorKind::Forbidden,
+            Self::Task(
+                TaskError::Empty { .. }
+                | TaskError::PercentOutOfRange { .. }
+                | TaskError::DeadlineNotAfterDelivery { .. },
+            )
+            | Self::Invalid(_) => ErrorKind::Invalid,
+            Self::Busy(_) => ErrorKind::Unavailable,
+            Self::Store(e) => e.kind(),
+            Self::AgentRetired(_)
+            | Self::Task(_)
+            | Self::Agent(_)
+            | Self::IdempotencyMismatch { .. } => ErrorKind::Conflict,
+        }
+    }
+
+    fn code(&self) -> &'static str {
         match self {
             Self::TaskNotFound(_) => "task_not_found",
             Self::AgentNotFound(_) => "agent_not_found",
@@ -58,7 +90,7 @@ impl BoardError {
             Self::Forbidden(_) => "forbidden",
             Self::IdempotencyMismatch { .. } => "idempotency_mismatch",
             Self::Busy(_) => "busy",
-            Self::Store(_) => "store_error",
+            Self::Store(e) => e.code(),
         }
     }
 }

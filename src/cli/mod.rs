@@ -4,14 +4,28 @@
 //! embedded SQLite file (`.awl/awl.db`) when none is given. Errors are printed with
 //! their whole cause chain and exit with status 1; usage errors exit with 2 (clap).
 
-mod board;
+mod answer;
+mod approve;
+mod cancel;
+mod client;
+mod common;
 mod events;
+mod list;
+mod output;
 mod projections;
-mod runs;
+mod reject;
+mod replay;
+mod review;
+mod run;
+mod send;
 mod serve;
+mod status;
+mod task;
+mod tasks;
 mod time_arg;
 mod tokens;
 mod validate;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -40,34 +54,34 @@ enum Command {
     /// Print the event log: the audit trail of everything awl has done.
     Events(events::EventsArgs),
     /// Run a workflow file and show its progress (exits non-zero if the run fails).
-    Run(runs::RunArgs),
+    Run(run::RunArgs),
     /// Carry out due runs until stopped; several workers can share one database.
-    Worker(runs::WorkerArgs),
+    Worker(worker::WorkerArgs),
     /// List runs.
-    List(runs::ListArgs),
+    List(list::ListArgs),
     /// One run's timeline: steps, attempts, gates, outcome.
-    Status(runs::StatusArgs),
+    Status(status::StatusArgs),
     /// Approve a gate (the run goes on).
-    Approve(runs::ApproveArgs),
+    Approve(approve::ApproveArgs),
     /// Reject a gate (its `on_reject` applies).
-    Reject(runs::RejectArgs),
+    Reject(reject::RejectArgs),
     /// Cancel a run.
-    Cancel(runs::CancelArgs),
+    Cancel(cancel::CancelArgs),
     /// Rebuild a run from its events and print it.
-    Replay(runs::ReplayArgs),
+    Replay(replay::ReplayArgs),
     /// Serve the HTTP API, the MCP endpoint and the agent board (and run workflows).
     Serve(serve::ServeArgs),
     /// Put a task on the agent board.
-    Send(board::SendArgs),
+    Send(send::SendArgs),
     /// The agent board in the terminal: tasks by column.
-    Tasks(board::TasksArgs),
+    Tasks(tasks::TasksArgs),
     /// One task and its history (`awl task ID`), or finish one by hand.
-    Task(TaskArgs),
+    Task(task::TaskArgs),
     /// Answer the question a blocked task asks.
-    Answer(board::AnswerArgs),
+    Answer(answer::AnswerArgs),
     /// Review a task's submitted work: approve it or request changes.
     #[command(subcommand)]
-    Review(board::ReviewCommand),
+    Review(review::ReviewCommand),
     /// Read models: their status, and rebuilding them from the log.
     #[command(subcommand)]
     Projections(projections::ProjectionsCommand),
@@ -78,20 +92,6 @@ enum Command {
     Validate(validate::ValidateArgs),
     /// Print the JSON Schema of workflow files (for editors).
     Schema,
-}
-
-/// `awl task ID` shows a task; `awl task complete|fail` finishes one by hand.
-#[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
-struct TaskArgs {
-    #[command(subcommand)]
-    action: Option<runs::TaskCommand>,
-    /// The task to show.
-    task: Option<crate::domain::ids::TaskId>,
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    target: board::Target,
 }
 
 /// Parse arguments, run the command, and turn the outcome into an exit code.
@@ -135,46 +135,54 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Events(args) => events::run(&open(&location, true).await?, args).await,
-        Command::Run(args) => runs::run(open_for_work(&location).await?, args).await,
-        Command::Worker(args) => runs::worker(open_for_work(&location).await?, args).await,
-        Command::List(args) => runs::list(open(&location, true).await?, args).await,
-        Command::Status(args) => runs::status(open(&location, true).await?, args).await,
-        Command::Approve(args) => runs::approve(open(&location, true).await?, args).await,
-        Command::Reject(args) => runs::reject(open(&location, true).await?, args).await,
-        Command::Cancel(args) => runs::cancel(open(&location, true).await?, args).await,
-        Command::Replay(args) => runs::replay(open(&location, true).await?, args).await,
+        Command::Run(args) => run::run(open_for_work(&location).await?, args).await,
+        Command::Worker(args) => worker::worker(open_for_work(&location).await?, args).await,
+        Command::List(args) => list::list(open(&location, true).await?, args).await,
+        Command::Status(args) => status::status(open(&location, true).await?, args).await,
+        Command::Approve(args) => approve::approve(open(&location, true).await?, args).await,
+        Command::Reject(args) => reject::reject(open(&location, true).await?, args).await,
+        Command::Cancel(args) => cancel::cancel(open(&location, true).await?, args).await,
+        Command::Replay(args) => replay::replay(open(&location, true).await?, args).await,
         Command::Serve(args) => serve::run(open_for_work(&location).await?, args).await,
         Command::Send(args) => {
             let store = store_unless(args.target_is_remote(), &location).await?;
-            board::send(store, args).await
+            send::send(store, args).await
         }
         Command::Tasks(args) => {
             let store = store_unless(args.target_is_remote(), &location).await?;
-            board::tasks(store, args).await
+            tasks::tasks(store, args).await
         }
-        Command::Task(TaskArgs {
+        Command::Task(task::TaskArgs {
             action: Some(command),
             ..
-        }) => runs::task(open(&location, true).await?, command).await,
-        Command::Task(TaskArgs {
-            task: Some(task),
+        }) => task::finish(open(&location, true).await?, command).await,
+        Command::Task(task::TaskArgs {
+            task: Some(id),
             json,
             target,
             ..
         }) => {
             let store = store_unless(target.is_remote(), &location).await?;
-            board::show(store, board::ShowTaskArgs { task, json, target }).await
+            task::show(
+                store,
+                task::ShowTaskArgs {
+                    task: id,
+                    json,
+                    target,
+                },
+            )
+            .await
         }
         Command::Task(_) => Err(anyhow::anyhow!(
             "name a task (`awl task ID`) or an action (`awl task complete|fail`)"
         )),
         Command::Answer(args) => {
             let store = store_unless(args.target_is_remote(), &location).await?;
-            board::answer(store, args).await
+            answer::answer(store, args).await
         }
         Command::Review(command) => {
             let store = store_unless(command.target_is_remote(), &location).await?;
-            board::review(store, command).await
+            review::review(store, command).await
         }
         Command::Token(command) => tokens::run(open(&location, true).await?, command).await,
         Command::Projections(command) => {

@@ -9,11 +9,12 @@ use chrono::Utc;
 use clap::Args;
 
 use crate::clock::system_clock;
-use crate::executor::{WorkerConfig, definitions};
+use crate::definitions;
+use crate::executor::WorkerConfig;
 use crate::server::{self, ServeConfig};
 use crate::store::EventStore;
 
-use super::runs::{actor, allowed_env, owner, runners, shutdown_signal};
+use super::common::{actor, allowed_env, owner, runners, shutdown_signal};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {

@@ -7,7 +7,7 @@ use clap::Subcommand;
 use crate::auth::{Role, create_token};
 use crate::store::EventStore;
 
-use super::runs::actor;
+use super::common::actor;
 
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {

@@ -31,6 +31,8 @@ pub enum IdError {
         value: String,
         found: char,
     },
+    #[error("{kind} may contain only visible ASCII characters (found {found:?})")]
+    Invisible { kind: &'static str, found: char },
     #[error("{kind} {value:?} is not a UUID: {reason}")]
     NotUuid {
         kind: &'static str,
@@ -203,9 +205,73 @@ name_id!(
     "step id"
 );
 
+/// A caller's idempotency key (the `Idempotency-Key` header, an MCP argument): 1 to
+/// 255 visible ASCII characters. The same key from the same caller names the same
+/// thing, so a request repeated after a lost answer finds what the first one made.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+/// Longest idempotency key accepted.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+impl IdempotencyKey {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The id this key names for `actor` among the ids of `namespace` (UUID v5 of
+    /// both): a second request with the same key finds the first one's stream.
+    pub fn derive(&self, namespace: &Uuid, actor: &str) -> Uuid {
+        Uuid::new_v5(namespace, format!("{actor}\n{}", self.0).as_bytes())
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<&str> for IdempotencyKey {
+    type Error = IdError;
+    fn try_from(value: &str) -> Result<Self, Self::Error> {
+        const KIND: &str = "idempotency key";
+        if value.is_empty() {
+            return Err(IdError::Empty { kind: KIND });
+        }
+        if value.len() > MAX_IDEMPOTENCY_KEY_LEN {
+            return Err(IdError::TooLong {
+                kind: KIND,
+                value: value.chars().take(32).collect::<String>() + "...",
+                max: MAX_IDEMPOTENCY_KEY_LEN,
+            });
+        }
+        if let Some(found) = value.chars().find(|c| !c.is_ascii_graphic() && *c != ' ') {
+            return Err(IdError::Invisible { kind: KIND, found });
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idempotency_keys_are_visible_ascii_of_bounded_length_and_name_one_id_per_caller() {
+        assert!(IdempotencyKey::try_from("").is_err());
+        assert!(IdempotencyKey::try_from("x".repeat(256).as_str()).is_err());
+        assert!(IdempotencyKey::try_from("caf\u{e9}").is_err());
+        assert!(IdempotencyKey::try_from("a\tb").is_err());
+        let key = IdempotencyKey::try_from("order 42").unwrap();
+        let ns = Uuid::from_u128(1);
+        assert_eq!(key.derive(&ns, "ada"), key.derive(&ns, "ada"));
+        assert_ne!(key.derive(&ns, "ada"), key.derive(&ns, "bob"));
+        assert_ne!(
+            key.derive(&ns, "ada"),
+            key.derive(&Uuid::from_u128(2), "ada")
+        );
+    }
 
     #[test]
     fn names_are_checked_at_the_boundary() {

@@ -132,6 +132,19 @@ pub enum Effect {
     WakeParent(ParentRef),
 }
 
+impl Effect {
+    /// What kind of effect this is (as `awl replay` lists what comes next).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Perform { .. } => "Perform",
+            Self::Compensate { .. } => "Compensate",
+            Self::QueueTask { .. } => "QueueTask",
+            Self::StartChild { .. } => "StartChild",
+            Self::WakeParent(_) => "WakeParent",
+        }
+    }
+}
+
 /// One piece of I/O, its templates rendered.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Work {

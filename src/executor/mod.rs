@@ -9,14 +9,12 @@
 //! its runs replays them and starts any attempt that had no outcome again, with the
 //! same idempotency key.
 //!
-//! - `definitions`: workflow files registered as versions in the log, loaded back.
-//! - `control`: what people do to runs (start, approve, reject, cancel, finish a task),
-//!   each an append plus a wake-up in one transaction.
 //! - `worker`: the claim / decide / commit / perform loop.
 //! - `perform`: one effect through the step runners.
+//!
+//! What people do to runs (start, decide gates, cancel) is the runs service's
+//! ([`crate::runs`]): an append plus a wake-up that a worker here picks up.
 
-pub mod control;
-pub mod definitions;
 mod perform;
 mod worker;
 
@@ -44,4 +42,6 @@ pub enum ExecError {
     },
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error(transparent)]
+    Definition(#[from] crate::definitions::DefinitionError),
 }

@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
 use crate::domain::Decide;
-use crate::domain::ids::AgentId;
+use crate::domain::ids::{AgentId, RunId};
 use crate::domain::run::{ErrorClass, ParentRef, Run, RunOutcome, StepState};
 use crate::domain::task::{RunStepRef, Task, TaskCommand, TaskEnding};
 use crate::domain::workspace::{Capabilities, Workspace};
@@ -39,8 +39,8 @@ use crate::workflow::inputs::{self, Given};
 use crate::workflow::model::{StepKind, Workflow};
 
 use super::ExecError;
-use super::definitions::Definitions;
 use super::perform::{self, Call};
+use crate::definitions::Definitions;
 
 /// How a worker behaves.
 #[derive(Clone)]
@@ -71,6 +71,18 @@ impl WorkerConfig {
             env: BTreeMap::new(),
             only: None,
             exit_when_done: false,
+        }
+    }
+
+    /// A worker that carries out only `runs` (and the child runs they start), and
+    /// stops once they have all finished: `awl run` executing its own run here.
+    pub fn for_runs(owner: impl Into<String>, runs: impl IntoIterator<Item = RunId>) -> Self {
+        let only: BTreeSet<String> = runs.into_iter().map(|r| r.to_string()).collect();
+        Self {
+            only: Some(Arc::new(Mutex::new(only))),
+            exit_when_done: true,
+            poll: Duration::from_millis(250),
+            ..Self::new(owner)
         }
     }
 }

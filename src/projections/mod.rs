@@ -17,6 +17,7 @@ mod agents;
 mod audit;
 mod board;
 mod fold;
+pub mod queries;
 pub mod runner;
 mod runs;
 
@@ -42,6 +43,25 @@ pub enum ProjectionError {
     },
     #[error("no projection named {0:?} (known: {1})")]
     Unknown(String, String),
+}
+
+impl crate::error::Classified for ProjectionError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            Self::Store(e) => e.kind(),
+            Self::Corrupt { .. } => ErrorKind::Internal,
+            Self::Unknown(..) => ErrorKind::NotFound,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            Self::Store(e) => e.code(),
+            Self::Corrupt { .. } => "projection_error",
+            Self::Unknown(..) => "projection_not_found",
+        }
+    }
 }
 
 /// One read model.

@@ -1,7 +1,8 @@
 //! API errors: a status, a stable code and a message that says what and where.
 //!
 //! Every error body is `{"error": {"code": "...", "message": "..."}}`; clients branch
-//! on `code`, people read `message`.
+//! on `code`, people read `message`. Services' errors say their kind and code
+//! ([`Classified`]); the status comes from the kind, never from the message.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -9,9 +10,7 @@ use axum::response::{IntoResponse, Response};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::board::BoardError;
-use crate::executor::ExecError;
-use crate::store::StoreError;
+use crate::error::{Classified, ErrorKind};
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -70,51 +69,21 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<BoardError> for ApiError {
-    fn from(e: BoardError) -> Self {
-        let code = e.code();
-        let status = match code {
-            "task_not_found" | "agent_not_found" => StatusCode::NOT_FOUND,
-            "not_assignee" | "forbidden" => StatusCode::FORBIDDEN,
-            "invalid_request" => StatusCode::UNPROCESSABLE_ENTITY,
-            "busy" => StatusCode::SERVICE_UNAVAILABLE,
-            "store_error" => StatusCode::INTERNAL_SERVER_ERROR,
-            _ => StatusCode::CONFLICT,
-        };
-        ApiError::new(status, code, e.to_string())
+/// The HTTP status of each kind of failure.
+pub fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Refused(m) => ApiError::new(StatusCode::CONFLICT, "refused", m),
-            StoreError::Conflict { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
-            }
-            e => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "store_error",
-                e.to_string(),
-            ),
-        }
-    }
-}
-
-impl From<ExecError> for ApiError {
-    fn from(e: ExecError) -> Self {
-        match e {
-            ExecError::Store(s) => s.into(),
-            ExecError::Invalid(d) => ApiError::invalid(d.to_string()),
-            ExecError::Refused(m)
-                if m.starts_with("no gate")
-                    || m.contains("has no version")
-                    || m.starts_with("no runnable") =>
-            {
-                ApiError::not_found("not_found", m)
-            }
-            ExecError::Refused(m) => ApiError::new(StatusCode::CONFLICT, "illegal_transition", m),
-            e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
-        }
+/// Every service's error answers with its kind's status and its own code.
+impl<E: Classified> From<E> for ApiError {
+    fn from(e: E) -> Self {
+        ApiError::new(status_of(e.kind()), e.code(), e.to_string())
     }
 }

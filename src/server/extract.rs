@@ -85,7 +85,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::board::wire::SendTaskRequest;
+    use crate::server::wire::SendTaskRequest;
 
     #[test]
     fn malformed_unknown_and_empty_bodies() {
@@ -102,6 +102,6 @@ mod tests {
         );
         let e = parse::<SendTaskRequest>(b"{\"prompt\": 5}").err().unwrap();
         assert_eq!(e.code, "invalid_body");
-        assert!(parse::<crate::board::wire::AgentCall>(b"  ").is_ok());
+        assert!(parse::<crate::server::wire::AgentCall>(b"  ").is_ok());
     }
 }

@@ -1,22 +1,28 @@
 //! `awl serve`: the HTTP API, the MCP endpoint, the board's dispatcher and sweeper,
 //! the projections and the executor, in one process.
 //!
+//! Two adapters sit over the same services ([`Board`], [`Runs`], the read-model
+//! queries): `rest` (one file per resource) and `mcp`. Both read the caller the same
+//! way (`caller`), take the same request shapes (`wire`) and answer errors the same
+//! way (`error`: a service error's kind gives the status, its code the code).
+//!
 //! Requests pass, in order: a body size limit, a time limit (longer than the longest
 //! long poll), and the auth middleware (`auth_layer`), which checks the bearer token
-//! against the route table (`routes`) before a handler runs. Shutdown stops accepting
-//! connections, ends long polls with no task, lets in-flight requests finish, stops
-//! the worker (which gives its runs back) and closes the store.
+//! against the route table (`routes`) before a handler runs. The router, the auth
+//! middleware and the OpenAPI document (`openapi`) are all built from that one table.
+//! Shutdown stops accepting connections, ends long polls with no task, lets in-flight
+//! requests finish, stops the worker (which gives its runs back) and closes the store.
 
 mod auth_layer;
+pub mod caller;
 mod dashboard;
-mod error;
+pub mod error;
 mod extract;
-mod rest;
+pub mod mcp;
+pub mod openapi;
+pub mod rest;
 pub mod routes;
-pub mod runs_api;
-mod sse;
-mod tokens_api;
-mod views_api;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,7 +33,6 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -35,21 +40,21 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::TokenVerifier;
 use crate::board::{Board, BoardConfig};
 use crate::clock::Clock;
-use crate::executor::definitions::Definitions;
 use crate::executor::{Worker, WorkerConfig};
 use crate::runners::Runners;
+use crate::runs::Runs;
 use crate::store::EventStore;
 
 pub use auth_layer::AuthMode;
 use auth_layer::{AuthState, authenticate};
 pub use error::ApiError;
-pub use rest::{TaskListParams, acting_agent, caller, parse_status, task_query, wait_timeout};
+use routes::{Handler, routes};
 
-/// Everything the handlers share. Cheap to clone.
+/// Everything the handlers share: the services. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     pub board: Board,
-    pub definitions: Definitions,
+    pub runs: Runs,
     pub auth_on: bool,
 }
 
@@ -161,7 +166,7 @@ pub async fn start(
     };
     let state = AppState {
         board: board.clone(),
-        definitions: Definitions::default(),
+        runs: Runs::new(store.clone(), clock.clone()),
         auth_on,
     };
     let mcp_stop = CancellationToken::new();
@@ -238,78 +243,32 @@ pub fn router(
     config: &ServeConfig,
     mcp_stop: CancellationToken,
 ) -> Router {
-    use rest::*;
     let auth = Arc::new(AuthState::new(mode));
     let timeout = config.request_timeout;
-    let mcp = crate::mcp::service(
+    let mcp = mcp::service(
         state.clone(),
-        crate::mcp::McpConfig {
+        mcp::McpConfig {
             bind: config.bind,
             auth_on: state.auth_on,
             body_limit: config.body_limit,
             stop: mcp_stop,
         },
     );
-    Router::new()
-        .route("/", get(dashboard::index))
-        .route("/assets/app.js", get(dashboard::app))
-        .route("/assets/style.css", get(dashboard::style))
-        .route("/health", get(health))
-        .route("/api/v1/health", get(health))
-        .route("/api/v1/openapi.json", get(openapi_doc))
-        .route("/api/v1/agents", post(register).get(agents))
-        .route("/api/v1/agents/{agent_id}", get(agent))
-        .route("/api/v1/agents/{agent_id}/wait", post(wait))
-        .route("/api/v1/tasks", post(send).get(tasks))
-        .route("/api/v1/tasks/{task_id}", get(task))
-        .route("/api/v1/tasks/{task_id}/events", get(task_events))
-        .route("/api/v1/tasks/{task_id}/ack", post(ack))
-        .route("/api/v1/tasks/{task_id}/progress", post(progress))
-        .route("/api/v1/tasks/{task_id}/tool-calls", post(tool_call))
-        .route("/api/v1/tasks/{task_id}/questions", post(ask))
-        .route("/api/v1/tasks/{task_id}/answer", post(answer))
-        .route("/api/v1/tasks/{task_id}/submit", post(submit))
-        .route("/api/v1/tasks/{task_id}/approve", post(approve))
-        .route(
-            "/api/v1/tasks/{task_id}/request-changes",
-            post(request_changes),
-        )
-        .route("/api/v1/tasks/{task_id}/complete", post(complete))
-        .route("/api/v1/tasks/{task_id}/fail", post(fail))
-        .route("/api/v1/tasks/{task_id}/cancel", post(cancel))
-        .route("/api/v1/runs", post(start_run))
-        .route("/api/v1/runs/{run_id}", get(run_status))
-        .route("/api/v1/gates/{gate_id}/approve", post(approve_gate))
-        .route("/api/v1/gates/{gate_id}/reject", post(reject_gate))
-        .route("/api/v1/views/board", get(views_api::board))
-        .route("/api/v1/views/runs", get(views_api::runs))
-        .route(
-            "/api/v1/views/runs/{run_id}/timeline",
-            get(views_api::timeline),
-        )
-        .route("/api/v1/views/inbox", get(views_api::inbox))
-        .route("/api/v1/views/agents", get(views_api::agents))
-        .route("/api/v1/views/audit", get(views_api::audit))
-        .route(
-            "/api/v1/views/analytics/workflows",
-            get(views_api::workflow_analytics),
-        )
-        .route(
-            "/api/v1/views/analytics/steps",
-            get(views_api::step_analytics),
-        )
-        .route(
-            "/api/v1/views/analytics/agents",
-            get(views_api::agent_analytics),
-        )
-        .route("/api/v1/projections", get(views_api::projections))
-        .route("/api/v1/events/stream", get(sse::log_stream))
-        .route("/api/v1/views/{view}/stream", get(sse::view_stream))
-        .route("/api/v1/tokens", get(tokens).post(create_token))
-        .route("/api/v1/tokens/{name}", delete(revoke_token))
-        // `route_service`, not `nest_service`: only `/mcp` itself reaches rmcp, so the
-        // auth middleware's lookup of the exact path covers every request it gets.
-        .route_service("/mcp", mcp)
+    let mut router = Router::new();
+    let mut mcp = Some(mcp);
+    for route in routes() {
+        router = match route.handler {
+            Handler::Rest(handler) => router.route(route.path, handler),
+            // `route_service`, not `nest_service`: only `/mcp` itself reaches rmcp, so
+            // the auth middleware's lookup of the exact path covers every request it
+            // gets. One service serves all the endpoint's methods.
+            Handler::Mcp => match mcp.take() {
+                Some(service) => router.route_service(route.path, service),
+                None => router,
+            },
+        };
+    }
+    router
         .fallback(not_found)
         .with_state(state)
         .layer(middleware::from_fn_with_state(auth, authenticate))

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::error::{Classified, ErrorKind};
 use crate::log::{ExpectedVersion, StreamRef};
 
 /// An error from the event store.
@@ -68,5 +69,22 @@ impl StoreError {
 
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict { .. })
+    }
+}
+
+impl Classified for StoreError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::Conflict { .. } | StoreError::Refused(_) => ErrorKind::Conflict,
+            _ => ErrorKind::Internal,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            StoreError::Conflict { .. } => "conflict",
+            StoreError::Refused(_) => "refused",
+            _ => "store_error",
+        }
     }
 }

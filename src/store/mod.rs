@@ -9,6 +9,7 @@
 
 pub mod appender;
 mod backend;
+pub mod command;
 mod decode;
 pub mod domain_io;
 mod error;

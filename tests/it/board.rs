@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use awl::auth::{Permission, Role, create_token};
-use awl::board::wire::SendTaskRequest;
+use awl::board::NewTask;
 use awl::board::{Board, BoardConfig, Caller};
 use awl::clock::{Clock, system_clock};
 use awl::domain::ids::AgentId;
@@ -626,10 +626,10 @@ async fn unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock(backend:
     }
     let (task, _) = board
         .send(
-            SendTaskRequest {
+            NewTask {
                 prompt: "p".into(),
-                capabilities: vec!["rust".into()],
-                ..SendTaskRequest::default()
+                capabilities: Capabilities::new(["rust"]),
+                ..NewTask::default()
             },
             &ops,
             None,
@@ -1185,7 +1185,7 @@ async fn a_workflow_agent_step_is_done_by_an_agent_over_http(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("agent-review.awl.yaml");
     std::fs::write(&file, AGENT_WORKFLOW).unwrap();
-    awl::executor::definitions::register_file(&t.store, &file, "test", Utc::now())
+    awl::definitions::register_file(&t.store, &file, "test", Utc::now())
         .await
         .expect("register");
     let tk = tokens(&t.store, &["coder"]).await;

@@ -20,9 +20,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use awl::clock::system_clock as wall_clock;
+use awl::definitions;
 use awl::domain::ids::{RunId, StepId};
-use awl::executor::{control, definitions};
 use awl::log::{AppendRequest, ExpectedVersion, NewEvent, RecordedEvent, StreamRef, StreamType};
+use awl::runs::Runs;
 use awl::store::{EventStore, Release, StoreLocation};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
@@ -76,9 +78,11 @@ async fn start(
         .iter()
         .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
         .collect();
-    control::start_run(store, registered, inputs, RunId::new(), "test", Utc::now())
+    Runs::new(store.clone(), wall_clock())
+        .start_version(registered, inputs, "test")
         .await
         .expect("start a run")
+        .run_id
         .to_string()
 }
 

@@ -6,18 +6,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use awl::board::wire::SendTaskRequest;
+use awl::board::NewTask;
 use awl::board::{Board, BoardConfig, Caller};
 use awl::clock::system_clock;
-use awl::domain::ids::{AgentId, RunId};
+use awl::definitions;
+use awl::domain::ids::AgentId;
 use awl::domain::run::Run;
 use awl::domain::workspace::Capabilities;
-use awl::executor::control::{self, GateDecision};
-use awl::executor::definitions;
 use awl::executor::{Worker, WorkerConfig};
 use awl::log::{EventFilter, StreamRef, StreamType};
 use awl::projections::Projections;
 use awl::runners::{Runners, RunnersConfig};
+use awl::runs::{GateDecision, Runs};
 use awl::store::EventStore;
 use awl::store::domain_io;
 use chrono::Utc;
@@ -122,9 +122,11 @@ async fn workload(store: &EventStore, projections: &Projections, seed: u64) {
         let mode = if rng.next(3) == 0 { "fail" } else { "ok" };
         let mut inputs = Map::new();
         inputs.insert("mode".into(), json!(mode));
-        let id = control::start_run(store, &registered, inputs, RunId::new(), "test", Utc::now())
+        let id = Runs::new(store.clone(), system_clock())
+            .start_version(&registered, inputs, "test")
             .await
-            .unwrap();
+            .unwrap()
+            .run_id;
         runs.push(id);
         if i % 4 == 0 {
             projections.catch_up_all().await.unwrap();
@@ -150,11 +152,11 @@ async fn workload(store: &EventStore, projections: &Projections, seed: u64) {
             .unwrap();
     }
     for i in 0..30 {
-        let request = SendTaskRequest {
+        let request = NewTask {
             prompt: format!("task {i}"),
-            capabilities: vec!["rust".into()],
+            capabilities: Capabilities::new(["rust"]),
             review_required: rng.next(2) == 0,
-            ..SendTaskRequest::default()
+            ..NewTask::default()
         };
         let (task, _) = board.send(request, &ops, None).await.unwrap();
         let id = task.task_id.to_string().parse().unwrap();
@@ -236,7 +238,8 @@ async fn workload(store: &EventStore, projections: &Projections, seed: u64) {
             } else {
                 GateDecision::Approve { comment: None }
             };
-            control::decide_gate(store, gate, decision, "ops", Utc::now())
+            Runs::new(store.clone(), system_clock())
+                .decide_gate(gate, decision, "ops")
                 .await
                 .unwrap();
         }
@@ -377,9 +380,9 @@ async fn lag_returns_to_zero_after_a_burst(backend: Backend) {
             tokio::spawn(async move {
                 board
                     .send(
-                        SendTaskRequest {
+                        NewTask {
                             prompt: format!("burst {i}"),
-                            ..SendTaskRequest::default()
+                            ..NewTask::default()
                         },
                         &ops,
                         None,
@@ -734,9 +737,9 @@ async fn a_new_projection_version_is_rebuilt_at_start(backend: Backend) {
     for i in 0..5 {
         board
             .send(
-                SendTaskRequest {
+                NewTask {
                     prompt: format!("t{i}"),
-                    ..SendTaskRequest::default()
+                    ..NewTask::default()
                 },
                 &Caller::User("ops".into()),
                 None,
@@ -761,9 +764,9 @@ async fn a_new_projection_version_is_rebuilt_at_start(backend: Backend) {
     // Live after the swap.
     board
         .send(
-            SendTaskRequest {
+            NewTask {
                 prompt: "after".into(),
-                ..SendTaskRequest::default()
+                ..NewTask::default()
             },
             &Caller::User("ops".into()),
             None,

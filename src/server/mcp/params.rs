@@ -1,13 +1,13 @@
 //! The arguments of the tools that act on one task or run: the REST body's fields plus
 //! the id REST carries in the path. Tools without an id take the REST body type itself
-//! (`board::wire`, `server::runs_api`). Unknown fields are refused, as in REST.
+//! (`server::wire`). Unknown fields are refused, as in REST.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::board::wire::ToolCallRequest;
+use crate::server::wire::ToolCallRequest;
 
 /// An agent's call about one of its tasks.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -2,17 +2,17 @@
 //! HTTP (the official Rust SDK, `rmcp`), for agents and assistants that speak MCP
 //! rather than REST.
 //!
-//! It is a module of its own, not a part of `server::rest`, because it is a second
-//! interface over the same operations with its own protocol concerns (sessions, progress
-//! notifications, tool errors); the rules stay in [`crate::board`] and
-//! `server::runs_api`, which REST calls too, so the two interfaces cannot drift.
+//! It is the server's second adapter beside `rest`, over the same services with its
+//! own protocol concerns (sessions, progress notifications, tool errors); the rules
+//! stay in [`crate::board`] and [`crate::runs`], and who-may-act-as-whom in
+//! `server::caller`, which REST calls too, so the two interfaces cannot drift.
 //!
 //! - Identity. The auth middleware in front of `/mcp` checks the bearer token (any
 //!   valid token may connect) and puts the caller's [`Principal`] in the request's
 //!   extensions; rmcp hands every tool call the HTTP request parts that carried it, so
 //!   each tool checks the permission it needs against the token of *that* request, not
 //!   of the session: agent tools need `Work` and act only as the token's own agent
-//!   (the REST rule, [`crate::server::acting_agent`]); operator tools need `Operate`;
+//!   (the REST rule, `server::caller::acting_agent`); operator tools need `Operate`;
 //!   reads need `Read`. With auth off the caller is the local admin.
 //! - Errors. Refusals, board errors and arguments of the wrong shape are tool results
 //!   with `isError: true` and `{"error": {"code", "message"}}` as text (REST's codes,
@@ -46,8 +46,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Permission, Principal};
-use crate::board::BoardError;
-use crate::server::{ApiError, AppState};
+use crate::error::Classified;
+
+use super::AppState;
+use super::error::ApiError;
 
 /// How often a waiting `wait_for_prompt` reports progress (when asked to).
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -158,8 +160,8 @@ impl From<ApiError> for ToolError {
     }
 }
 
-impl From<BoardError> for ToolError {
-    fn from(e: BoardError) -> Self {
+impl<E: Classified> From<E> for ToolError {
+    fn from(e: E) -> Self {
         Self(e.into())
     }
 }

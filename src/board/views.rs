@@ -1,9 +1,10 @@
-//! The board's shapes on the wire: what REST and MCP take and give.
+//! What the board shows: tasks, agents, pages and histories, as REST and MCP return
+//! them.
 //!
 //! These are the API's contract, kept apart from the domain's types so the domain can
-//! change without breaking clients. Requests refuse unknown fields (a misspelt field
-//! is an error, not silently ignored); every shape has a JSON Schema, which the OpenAPI
-//! document and the MCP tool list publish.
+//! change without breaking clients; every shape has a JSON Schema, which the OpenAPI
+//! document and the MCP tool list publish. (What clients *send* is the server's:
+//! `server::wire`.)
 
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
@@ -40,157 +41,6 @@ impl From<&Workspace> for WorkspaceBody {
             branch: w.branch.clone(),
         }
     }
-}
-
-/// Put a task on the board.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SendTaskRequest {
-    /// What the agent is asked to do.
-    pub prompt: String,
-    /// Capabilities an agent must have to take the task (`rust`, `db`).
-    #[serde(default)]
-    pub capabilities: Vec<String>,
-    /// Where the work happens; agents already there are preferred.
-    #[serde(default)]
-    pub workspace: Option<WorkspaceBody>,
-    /// An agent the task is kept for first (others may take it after a grace period).
-    #[serde(default)]
-    pub agent_hint: Option<String>,
-    /// Higher goes first (default 0).
-    #[serde(default)]
-    pub priority: i32,
-    /// The work must be approved by a reviewer before the task completes.
-    #[serde(default)]
-    pub review_required: bool,
-}
-
-/// Register an agent, or update its registration (idempotent).
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RegisterRequest {
-    /// The agent's name (letters, digits, `-_.:/`). With an agent token, the token's name.
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    #[serde(default)]
-    pub capabilities: Vec<String>,
-    #[serde(default)]
-    pub workspace: Option<WorkspaceBody>,
-}
-
-/// Wait for a task: returns as soon as one is reserved for the agent, or with no task
-/// when the timeout ends.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WaitRequest {
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    /// How long to wait, in seconds (capped by the server; default 30).
-    #[serde(default)]
-    pub timeout_seconds: Option<f64>,
-}
-
-/// An agent's call about its own task (ack).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AgentCall {
-    #[serde(default)]
-    pub agent_id: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ProgressRequest {
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    pub message: String,
-    /// 0 to 100.
-    #[serde(default)]
-    pub percent: Option<u8>,
-}
-
-/// One tool call the agent made: the raw material for learned workflows.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ToolCallRequest {
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    pub name: String,
-    #[serde(default)]
-    pub parameters: Value,
-    #[serde(default)]
-    pub duration_ms: u64,
-    pub success: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct QuestionRequest {
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    pub question: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AnswerRequest {
-    /// The open question's id (optional: the task's open question).
-    #[serde(default)]
-    pub question_id: Option<Uuid>,
-    pub answer: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SubmitRequest {
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    #[serde(default)]
-    pub branch: Option<String>,
-    #[serde(default)]
-    pub commit: Option<String>,
-    pub summary: String,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ApproveRequest {
-    #[serde(default)]
-    pub comment: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ChangesRequest {
-    /// What to change: shown to whichever agent picks the task up next.
-    pub feedback: String,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CompleteRequest {
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    /// The result; for a workflow's agent step, the step's output.
-    #[serde(default)]
-    pub result: Value,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FailRequest {
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    pub reason: String,
-    /// network, rate_limit, authentication, dependency, validation, timeout, budget, unknown.
-    #[serde(default)]
-    pub error_class: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CancelRequest {
-    pub reason: String,
 }
 
 /// A task as the board shows it.
@@ -346,15 +196,6 @@ impl AgentView {
             version,
         }
     }
-}
-
-/// What `wait_for_prompt` returns: a task reserved for the agent, or none.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct WaitResult {
-    /// The task, now PENDING_ACK for this agent: ack it before `ack_deadline`.
-    pub task: Option<TaskView>,
-    /// Seconds waited.
-    pub waited_seconds: f64,
 }
 
 /// A page of tasks.

@@ -1,5 +1,5 @@
-//! The tools: each checks its caller, then calls the board or `runs_api` as the REST
-//! handler of the same operation does.
+//! The tools: each checks its caller, then calls the board or the runs service as the
+//! REST handler of the same operation does.
 
 use std::time::Instant;
 
@@ -10,12 +10,15 @@ use rmcp::{RoleServer, tool, tool_router};
 use tokio::task::JoinHandle;
 
 use crate::auth::Permission;
-use crate::board::wire::*;
-use crate::board::{BoardError, Caller};
+use crate::board::views::{AgentView, TaskPage, TaskView};
+use crate::board::{BoardError, Caller, NewTask};
 use crate::domain::ids::{QuestionId, TaskId};
 use crate::domain::workspace::{Capabilities, Workspace};
-use crate::server::runs_api::{self, RunView, StartedRun};
-use crate::server::{ApiError, TaskListParams, acting_agent, caller, task_query, wait_timeout};
+use crate::runs::StartRun;
+use crate::server::caller::{acting_agent, caller, idempotency_key, task_query, wait_timeout};
+use crate::server::error::ApiError;
+use crate::server::rest::runs::{decide, run_id};
+use crate::server::wire::*;
 
 use super::params::*;
 use super::{AwlMcp, PROGRESS_EVERY, ToolError, require};
@@ -124,7 +127,7 @@ impl AwlMcp {
         Ok(Json(
             self.app
                 .board
-                .tool_call(task, &agent, p.into_request())
+                .tool_call(task, &agent, p.into_request().into())
                 .await?,
         ))
     }
@@ -225,7 +228,8 @@ impl AwlMcp {
         ctx: Ctx,
     ) -> Result<Json<TaskView>, ToolError> {
         let who = require(&ctx, Permission::Operate, "send_task")?;
-        let (view, _created) = self.app.board.send(p, &caller(&who), None).await?;
+        let new = NewTask::try_from(p)?;
+        let (view, _created) = self.app.board.send(new, &caller(&who), None).await?;
         Ok(Json(view))
     }
 
@@ -238,7 +242,7 @@ impl AwlMcp {
         ctx: Ctx,
     ) -> Result<Json<TaskPage>, ToolError> {
         require(&ctx, Permission::Read, "list_tasks")?;
-        Ok(Json(self.app.board.tasks(&task_query(p)?)?))
+        Ok(Json(self.app.board.tasks(&task_query(p)?)))
     }
 
     #[tool(description = "Answer a task's open question: BLOCKED -> IN_PROGRESS.")]
@@ -304,18 +308,17 @@ impl AwlMcp {
         ctx: Ctx,
     ) -> Result<Json<StartedRun>, ToolError> {
         let who = require(&ctx, Permission::Operate, "start_run")?;
-        if let Some(key) = &p.idempotency_key
-            && (key.is_empty() || key.len() > 255)
-        {
-            return Err(ApiError::invalid("idempotency_key must be 1 to 255 characters").into());
-        }
-        let req = runs_api::StartRunRequest {
+        let key = idempotency_key(p.idempotency_key.as_deref())?;
+        let request = StartRun {
             workflow: p.workflow,
             inputs: p.inputs,
         };
-        let (started, _created) =
-            runs_api::start_run(&self.app, &who, p.idempotency_key.as_deref(), req).await?;
-        Ok(Json(started))
+        let started = self
+            .app
+            .runs
+            .start(request, &who.name, key.as_ref())
+            .await?;
+        Ok(Json(StartedRun::from(&started)))
     }
 
     #[tool(description = "A run's status: its steps, open gates, cost and outcome.")]
@@ -325,7 +328,8 @@ impl AwlMcp {
         ctx: Ctx,
     ) -> Result<Json<RunView>, ToolError> {
         require(&ctx, Permission::Read, "run_status")?;
-        Ok(Json(runs_api::run_status(&self.app, &p.run_id).await?))
+        let (run, version) = self.app.runs.get(run_id(&p.run_id)?).await?;
+        Ok(Json(RunView::of(&run, version)))
     }
 
     #[tool(
@@ -338,7 +342,7 @@ impl AwlMcp {
     ) -> Result<Json<RunView>, ToolError> {
         let who = require(&ctx, Permission::Operate, "approve_gate")?;
         let approve = p.decision == GateVerdict::Approve;
-        let run = runs_api::decide_gate(&self.app, &who, &p.gate_id, approve, p.comment).await?;
+        let run = decide(&self.app, &who.name, &p.gate_id, approve, p.comment).await?;
         Ok(Json(run))
     }
 }

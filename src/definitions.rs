@@ -16,14 +16,92 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::domain::Decide;
-use crate::domain::ids::WorkflowName;
-use crate::domain::workflow::{ContentHash, Version, WorkflowCommand, WorkflowDefinition};
+use crate::domain::ids::{IdError, WorkflowName};
+use crate::domain::workflow::{
+    ContentHash, InvalidContentHash, InvalidVersion, Version, WorkflowCommand, WorkflowDefinition,
+    WorkflowError,
+};
+use crate::error::{Classified, ErrorKind};
 use crate::log::{Metadata, StreamRef, StreamType};
+use crate::store::command::{Command, CommandError};
 use crate::store::{EventStore, StoreError, domain_io};
 use crate::workflow::model::Workflow;
 use crate::workflow::{self, Diagnostics};
 
-use super::ExecError;
+/// Why a definition could not be registered or loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum DefinitionError {
+    /// The file has problems (each with file, line, column and field).
+    #[error("{0}")]
+    Invalid(Diagnostics),
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A name, version or hash the domain does not accept.
+    #[error("{0}")]
+    Malformed(String),
+    /// The workflow's stream refused the registration (a version registered again
+    /// with other content, a retired workflow).
+    #[error(transparent)]
+    Refused(#[from] WorkflowError),
+    #[error("workflow `{name}` has no version {version}")]
+    NoVersion { name: String, version: String },
+    #[error("no runnable version of workflow `{0}` is registered")]
+    NoRunnable(String),
+    #[error("the registered definition of {what} cannot be read: {reason}")]
+    Corrupt { what: String, reason: String },
+    #[error("{0} kept changing while registering; try again")]
+    Busy(StreamRef),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Classified for DefinitionError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Invalid(_) | Self::Io { .. } | Self::Malformed(_) => ErrorKind::Invalid,
+            Self::Refused(_) => ErrorKind::Conflict,
+            Self::NoVersion { .. } | Self::NoRunnable(_) => ErrorKind::NotFound,
+            Self::Busy(_) => ErrorKind::Unavailable,
+            Self::Corrupt { .. } => ErrorKind::Internal,
+            Self::Store(e) => e.kind(),
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            Self::Invalid(_) | Self::Io { .. } | Self::Malformed(_) => "invalid_workflow",
+            Self::Refused(_) => "illegal_transition",
+            Self::NoVersion { .. } | Self::NoRunnable(_) => "workflow_not_found",
+            Self::Busy(_) => "busy",
+            Self::Corrupt { .. } => "corrupt_definition",
+            Self::Store(e) => e.code(),
+        }
+    }
+}
+
+impl From<CommandError<WorkflowError>> for DefinitionError {
+    fn from(e: CommandError<WorkflowError>) -> Self {
+        match e {
+            CommandError::Rejected(e) => Self::Refused(e),
+            CommandError::Store(e) => Self::Store(e),
+            CommandError::Busy(stream) => Self::Busy(stream),
+        }
+    }
+}
+
+macro_rules! malformed {
+    ($($t:ty),*) => {$(
+        impl From<$t> for DefinitionError {
+            fn from(e: $t) -> Self {
+                Self::Malformed(e.to_string())
+            }
+        }
+    )*};
+}
+malformed!(IdError, InvalidVersion, InvalidContentHash);
 
 /// A registered version, as loaded for a run.
 #[derive(Debug, Clone)]
@@ -40,7 +118,7 @@ pub async fn register_file(
     path: &Path,
     by: &str,
     now: DateTime<Utc>,
-) -> Result<Registered, ExecError> {
+) -> Result<Registered, DefinitionError> {
     let mut visiting = BTreeSet::new();
     Box::pin(register_inner(store, path, by, now, &mut visiting)).await
 }
@@ -51,13 +129,13 @@ async fn register_inner(
     by: &str,
     now: DateTime<Utc>,
     visiting: &mut BTreeSet<PathBuf>,
-) -> Result<Registered, ExecError> {
-    let canonical = path.canonicalize().map_err(|e| ExecError::Io {
-        what: format!("reading {}", path.display()),
-        source: e,
+) -> Result<Registered, DefinitionError> {
+    let canonical = path.canonicalize().map_err(|source| DefinitionError::Io {
+        path: path.to_path_buf(),
+        source,
     })?;
     if !visiting.insert(canonical.clone()) {
-        return Err(ExecError::Invalid(Diagnostics(vec![
+        return Err(DefinitionError::Invalid(Diagnostics(vec![
             workflow::Diagnostic {
                 file: path.to_path_buf(),
                 position: Default::default(),
@@ -66,7 +144,7 @@ async fn register_inner(
             },
         ])));
     }
-    let loaded = workflow::load(path).map_err(ExecError::Invalid)?;
+    let loaded = workflow::load(path).map_err(DefinitionError::Invalid)?;
     let base = canonical
         .parent()
         .map(Path::to_path_buf)
@@ -94,7 +172,7 @@ async fn register_inner(
     }
     visiting.remove(&canonical);
     let workflow: Workflow =
-        serde_json::from_value(json.clone()).map_err(|e| ExecError::Corrupt {
+        serde_json::from_value(json.clone()).map_err(|e| DefinitionError::Corrupt {
             what: format!("the definition of {}", path.display()),
             reason: e.to_string(),
         })?;
@@ -116,37 +194,24 @@ pub async fn register(
     json: Value,
     by: &str,
     now: DateTime<Utc>,
-) -> Result<Registered, ExecError> {
+) -> Result<Registered, DefinitionError> {
     let hash = content_hash(&json);
-    let name = WorkflowName::try_from(workflow.name.as_str())
-        .map_err(|e| ExecError::Refused(e.to_string()))?;
-    let version = Version::try_from(workflow.version.as_str())
-        .map_err(|e| ExecError::Refused(e.to_string()))?;
+    let name = WorkflowName::try_from(workflow.name.as_str())?;
+    let version = Version::try_from(workflow.version.as_str())?;
+    let content_hash = ContentHash::try_from(hash.as_str())?;
     let stream = StreamRef::new(StreamType::Workflow, name.as_str());
-    for _ in 0..3 {
-        let (state, current) = domain_io::load::<WorkflowDefinition>(store, &stream).await?;
-        let command = WorkflowCommand::Register {
-            workflow: name.clone(),
-            version,
-            definition: json.clone(),
-            content_hash: ContentHash::try_from(hash.as_str())
-                .map_err(|e| ExecError::Refused(e.to_string()))?,
-            by: by.to_string(),
-            at: now,
-        };
-        let events = state
-            .decide(command)
-            .map_err(|e| ExecError::Refused(e.to_string()))?;
-        if events.is_empty() {
-            break;
-        }
-        let request = domain_io::append_request(&stream, current, &events, &Metadata::actor(by))?;
-        match store.append(request).await {
-            Ok(_) => break,
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
+    Command::new(store, &stream, Metadata::actor(by))
+        .run(|state: &WorkflowDefinition| {
+            state.decide(WorkflowCommand::Register {
+                workflow: name.clone(),
+                version,
+                definition: json.clone(),
+                content_hash: content_hash.clone(),
+                by: by.to_string(),
+                at: now,
+            })
+        })
+        .await?;
     Ok(Registered {
         name: workflow.name.clone(),
         version: workflow.version.clone(),
@@ -171,7 +236,7 @@ impl Definitions {
         store: &EventStore,
         name: &str,
         version: &str,
-    ) -> Result<Arc<Workflow>, ExecError> {
+    ) -> Result<Arc<Workflow>, DefinitionError> {
         let key = (name.to_string(), version.to_string());
         if let Some(found) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(found);
@@ -181,14 +246,17 @@ impl Definitions {
             &StreamRef::new(StreamType::Workflow, name),
         )
         .await?;
-        let parsed = Version::try_from(version).map_err(|e| ExecError::Refused(e.to_string()))?;
-        let registered = state.version(&parsed).ok_or_else(|| {
-            ExecError::Refused(format!("workflow `{name}` has no version {version}"))
-        })?;
+        let parsed = Version::try_from(version)?;
+        let registered = state
+            .version(&parsed)
+            .ok_or_else(|| DefinitionError::NoVersion {
+                name: name.to_string(),
+                version: version.to_string(),
+            })?;
         let workflow: Workflow =
             serde_json::from_value(registered.definition.clone()).map_err(|e| {
-                ExecError::Corrupt {
-                    what: format!("the registered definition of {name} {version}"),
+                DefinitionError::Corrupt {
+                    what: format!("{name} {version}"),
                     reason: e.to_string(),
                 }
             })?;
@@ -205,7 +273,7 @@ impl Definitions {
         &self,
         store: &EventStore,
         reference: &str,
-    ) -> Result<(Arc<Workflow>, String), ExecError> {
+    ) -> Result<(Arc<Workflow>, String), DefinitionError> {
         if let Some((name, version)) = reference.split_once('@') {
             return Ok((self.get(store, name, version).await?, version.to_string()));
         }
@@ -214,83 +282,13 @@ impl Definitions {
             &StreamRef::new(StreamType::Workflow, reference),
         )
         .await?;
-        let latest = state.latest_runnable().ok_or_else(|| {
-            ExecError::Refused(format!(
-                "no runnable version of workflow `{reference}` is registered"
-            ))
-        })?;
+        let latest = state
+            .latest_runnable()
+            .ok_or_else(|| DefinitionError::NoRunnable(reference.to_string()))?;
         let version = latest.version.to_string();
         Ok((self.get(store, reference, &version).await?, version))
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::{StoreLocation, StoreOptions};
-
-    const PARENT: &str = "name: parent\nversion: \"1.0.0\"\nsteps:\n  - {id: go, type: shell, command: [\"true\"]}\n  - {id: sub, type: workflow, workflow: ./child.awl.yaml}\n";
-    const CHILD: &str = "name: child\nversion: \"2.0.0\"\nsteps: [{id: x, tool: noop}]\n";
-
-    fn checkout(dir: &Path) -> PathBuf {
-        std::fs::write(dir.join("parent.awl.yaml"), PARENT).unwrap();
-        std::fs::write(dir.join("child.awl.yaml"), CHILD).unwrap();
-        dir.join("parent.awl.yaml")
-    }
-
-    #[tokio::test]
-    async fn a_file_registers_the_same_version_from_any_folder() {
-        let db = tempfile::tempdir().unwrap();
-        let store = EventStore::open(
-            &StoreLocation::sqlite(db.path().join("awl.db")),
-            StoreOptions::default(),
-        )
-        .await
-        .unwrap();
-        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let first = register_file(&store, &checkout(a.path()), "ada", Utc::now())
-            .await
-            .unwrap();
-        let second = register_file(&store, &checkout(b.path()), "bob", Utc::now())
-            .await
-            .unwrap();
-        assert_eq!(first.content_hash, second.content_hash);
-        // The sub-workflow path became a reference to the registered child.
-        let definitions = Definitions::default();
-        let parent = definitions.get(&store, "parent", "1.0.0").await.unwrap();
-        let sub = serde_json::to_value(&parent.steps[1]).unwrap();
-        assert_eq!(sub["workflow"], "child@2.0.0");
-        // One version event per workflow: the second registration changed nothing.
-        let events = store
-            .read_page(0, 100, &crate::log::EventFilter::default())
-            .await
-            .unwrap()
-            .0;
-        let registered: Vec<&str> = events.iter().map(|e| e.stream.id.as_str()).collect();
-        assert_eq!(registered, vec!["child", "parent"]);
-    }
-
-    #[tokio::test]
-    async fn a_workflow_that_includes_itself_is_refused() {
-        let db = tempfile::tempdir().unwrap();
-        let store = EventStore::open(
-            &StoreLocation::sqlite(db.path().join("awl.db")),
-            StoreOptions::default(),
-        )
-        .await
-        .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("loop.awl.yaml");
-        std::fs::write(
-            &path,
-            "name: loop\nversion: \"1.0.0\"\nsteps: [{id: again, type: workflow, workflow: ./loop.awl.yaml}]\n",
-        )
-        .unwrap();
-        match register_file(&store, &path, "ada", Utc::now()).await {
-            Err(ExecError::Invalid(d)) => {
-                assert!(d.to_string().contains("includes itself"), "{d}")
-            }
-            other => panic!("expected a refusal, got {other:?}"),
-        }
-    }
-}
+mod tests;

@@ -1,4 +1,4 @@
-//! Tokens over the API (admin only).
+//! Tokens on the wire (admin only).
 
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;

@@ -18,11 +18,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::log::{EventFilter, StreamType};
-use crate::store::rows::Param;
-
-use super::AppState;
-use super::error::ApiError;
-use super::extract::Params;
+use crate::projections::queries;
+use crate::server::AppState;
+use crate::server::error::ApiError;
+use crate::server::extract::Params;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -177,18 +176,7 @@ async fn applied(store: &crate::store::EventStore, projection: &str, position: i
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let mut at = 0;
     while tokio::time::Instant::now() < deadline {
-        let rows = store
-            .query_rows(
-                "SELECT position FROM projection_state WHERE name = ?",
-                &[Param::from(projection)],
-            )
-            .await
-            .unwrap_or_default();
-        at = rows
-            .first()
-            .and_then(|r| r.get("position"))
-            .and_then(|v| v.as_i64())
-            .unwrap_or(0);
+        at = queries::checkpoint(store, projection).await.unwrap_or(0);
         if at >= position {
             return at;
         }

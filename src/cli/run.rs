@@ -1,0 +1,302 @@
+//! `awl run FILE`: register a workflow file, start a run and carry it out here with
+//! live progress (or, with `--detach`, only start it for `awl worker`s).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
+use clap::Args;
+use futures_util::StreamExt;
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use crate::clock::system_clock;
+use crate::definitions::DefinitionError;
+use crate::domain::ids::RunId;
+use crate::domain::run::{Run, RunEvent, RunOutcome, RunStatus};
+use crate::executor::{Worker, WorkerConfig};
+use crate::log::{EventFilter, StreamType};
+use crate::runs::{Runs, RunsError};
+use crate::store::{EventStore, domain_io};
+
+use super::Invalid;
+use super::common::{actor, allowed_env, between, human, owner, runners};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The workflow file.
+    file: PathBuf,
+    /// An input: `--var name=value` (repeatable; read as the input's declared type).
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
+    /// Start the run and print its id; a worker (`awl worker`) carries it out.
+    #[arg(long)]
+    detach: bool,
+    /// Print the run's events as JSON lines instead of progress.
+    #[arg(long)]
+    json: bool,
+    /// Environment variables expressions may read (`env.NAME`); repeatable.
+    #[arg(long = "env-allow", value_name = "NAME")]
+    env_allow: Vec<String>,
+    /// Who starts the run (default: $USER).
+    #[arg(long)]
+    by: Option<String>,
+}
+
+fn parse_vars(vars: &[String]) -> anyhow::Result<Map<String, Value>> {
+    let mut map = Map::new();
+    for var in vars {
+        let Some((name, value)) = var.split_once('=') else {
+            bail!("--var {var:?}: expected NAME=VALUE");
+        };
+        map.insert(name.trim().to_string(), Value::String(value.to_string()));
+    }
+    Ok(map)
+}
+
+/// Problems with the file are printed one per line (file:line:col: field: message).
+fn invalid(e: RunsError) -> anyhow::Error {
+    match e {
+        RunsError::Definition(DefinitionError::Invalid(d)) => {
+            eprintln!("{d}");
+            eprintln!(
+                "{} problem{} found",
+                d.len(),
+                if d.len() == 1 { "" } else { "s" }
+            );
+            Invalid.into()
+        }
+        other => other.into(),
+    }
+}
+
+pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
+    let by = actor(&args.by);
+    let runs = Runs::new(store.clone(), system_clock());
+    // The run's events all come after the head now: follow from there, not from the
+    // start of a log that may hold millions of events.
+    let head = store.head().await?;
+    let (started, registered) = runs
+        .start_file(&args.file, parse_vars(&args.vars)?, &by)
+        .await
+        .map_err(invalid)?;
+    let run_id = started.run_id;
+    if args.detach {
+        if args.json {
+            println!("{}", json!({"run_id": run_id.to_string()}));
+        } else {
+            println!("{run_id}");
+        }
+        return Ok(());
+    }
+    if !args.json {
+        eprintln!(
+            "run {run_id}: {} {} on {}",
+            registered.name,
+            registered.version,
+            store.location()
+        );
+    }
+    let mut config = WorkerConfig::for_runs(owner("run"), [run_id]);
+    config.env = allowed_env(&args.env_allow);
+    let worker = Worker::new(store.clone(), runners(), config, system_clock());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut work = tokio::spawn(worker.run(stop_rx));
+    let progress = tokio::spawn(follow(store.clone(), run_id, head, args.json));
+    let interrupted = tokio::select! {
+        result = &mut work => { result.context("the worker stopped")??; false }
+        _ = tokio::signal::ctrl_c() => true,
+    };
+    if interrupted {
+        eprintln!("interrupted: the run stays where it is; `awl worker` carries it on");
+        let _ = stop_tx.send(true);
+        work.await.context("the worker stopped")??;
+        progress.abort();
+    } else {
+        // The printer stops at the run's last event; wait for it to get there.
+        match tokio::time::timeout(Duration::from_secs(10), progress).await {
+            Ok(joined) => joined.context("the progress printer stopped")??,
+            Err(_) => eprintln!("(progress output stopped early)"),
+        }
+    }
+    let (run, _) = runs.get(run_id).await?;
+    if !args.json {
+        summary(&run);
+    }
+    match run.status() {
+        Some(RunStatus::Succeeded) => Ok(()),
+        _ if interrupted => Ok(()),
+        _ => Err(Invalid.into()),
+    }
+}
+
+/// Print a run's events as they are appended.
+async fn follow(store: EventStore, run_id: RunId, after: i64, json: bool) -> anyhow::Result<()> {
+    let filter = EventFilter {
+        stream_types: vec![StreamType::Run],
+        stream_id: Some(run_id.to_string()),
+        ..EventFilter::default()
+    };
+    let mut tail = std::pin::pin!(store.tail(after, filter));
+    let mut started: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
+    while let Some(event) = tail.next().await {
+        let event = event?;
+        let last = matches!(
+            event.event_type.as_str(),
+            "run.completed" | "run.failed" | "run.cancelled"
+        );
+        if json {
+            println!("{}", serde_json::to_string(&event)?);
+        } else if let Ok(e) = domain_io::decode::<Run>(&event)
+            && let Some(line) = progress_line(&e, &mut started)
+        {
+            eprintln!("{line}");
+            let _ = std::io::stderr().flush();
+        }
+        if last {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn progress_line(e: &RunEvent, started: &mut BTreeMap<String, DateTime<Utc>>) -> Option<String> {
+    let took = |id: &str, at: &DateTime<Utc>, started: &BTreeMap<String, DateTime<Utc>>| {
+        started
+            .get(id)
+            .map(|s| format!(" in {}", between(*s, *at)))
+            .unwrap_or_default()
+    };
+    Some(match e {
+        RunEvent::StepStarted {
+            step_id,
+            attempt,
+            at,
+            ..
+        } => {
+            started.insert(step_id.to_string(), *at);
+            let again = if *attempt > 1 {
+                format!(" (attempt {attempt})")
+            } else {
+                String::new()
+            };
+            format!("  ▸ {step_id}{again}")
+        }
+        RunEvent::StepSucceeded { step_id, at, .. } => {
+            format!("  ✓ {step_id}{}", took(step_id.as_str(), at, started))
+        }
+        RunEvent::StepFailed {
+            step_id,
+            attempt,
+            error,
+            at,
+        } => {
+            format!(
+                "  ✗ {step_id} attempt {attempt}{}: {error}",
+                took(step_id.as_str(), at, started)
+            )
+        }
+        RunEvent::StepRetried {
+            step_id,
+            next_attempt,
+            backoff_ms,
+            ..
+        } => {
+            format!(
+                "  ↻ {step_id}: attempt {next_attempt} in {}",
+                human(Duration::from_millis(*backoff_ms))
+            )
+        }
+        RunEvent::StepSkipped {
+            step_id, reason, ..
+        } => format!("  – {step_id} skipped: {reason}"),
+        RunEvent::RecoveryApplied {
+            step_id, action, ..
+        } => format!("  ⚕ {step_id}: {action}"),
+        RunEvent::GateOpened {
+            gate_id,
+            message,
+            approvers,
+            ..
+        } => {
+            let who = if approvers.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", approvers.join(", "))
+            };
+            format!(
+                "  ⏸ waiting for approval{who}: {message}\n    awl approve {gate_id}   |   awl reject {gate_id} --comment WHY"
+            )
+        }
+        RunEvent::GateApproved { by, .. } => format!("  ✓ approved by {by}"),
+        RunEvent::GateRejected { by, comment, .. } => format!("  ✗ rejected by {by}: {comment}"),
+        RunEvent::GateExpired { .. } => "  ✗ the gate expired".into(),
+        RunEvent::BudgetExceeded {
+            budget_usd,
+            total_usd,
+            ..
+        } => {
+            format!("  $ over budget: ${total_usd:.4} of ${budget_usd:.4}")
+        }
+        RunEvent::CompensationStarted { steps, .. } if !steps.is_empty() => {
+            format!(
+                "  ↶ compensating {}",
+                steps
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+        RunEvent::CompensationStepRan {
+            step_id,
+            succeeded,
+            error,
+            ..
+        } => {
+            if *succeeded {
+                format!("  ↶ compensated {step_id}")
+            } else {
+                format!(
+                    "  ↶ compensation of {step_id} failed: {}",
+                    error.as_deref().unwrap_or("")
+                )
+            }
+        }
+        _ => return None,
+    })
+}
+
+fn summary(run: &Run) {
+    let took = match (run.started_at(), run.updated_at()) {
+        (Some(s), Some(e)) => between(s, e),
+        _ => "?".into(),
+    };
+    match run.outcome() {
+        Some(RunOutcome::Succeeded { outputs, .. }) => {
+            eprintln!("succeeded in {took}");
+            if outputs.as_object().is_some_and(|o| !o.is_empty()) {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(outputs).unwrap_or_default()
+                );
+            }
+        }
+        Some(RunOutcome::Failed {
+            reason,
+            error_class,
+            ..
+        }) => {
+            let class = error_class.map(|c| format!(" ({c})")).unwrap_or_default();
+            eprintln!("failed in {took}{class}: {reason}");
+        }
+        Some(RunOutcome::Cancelled { by, reason, .. }) => eprintln!("cancelled by {by}: {reason}"),
+        None => eprintln!(
+            "{} after {took}",
+            run.status().map_or("not started", |s| s.as_str())
+        ),
+    }
+}

@@ -1,0 +1,43 @@
+//! `awl worker`: carry out due runs until stopped. Several workers can share one
+//! database; Ctrl-C (or SIGTERM) finishes work in flight and gives runs back.
+
+use std::time::Duration;
+
+use clap::Args;
+use tokio::sync::watch;
+
+use crate::clock::system_clock;
+use crate::executor::{Worker, WorkerConfig};
+use crate::store::EventStore;
+
+use super::common::{allowed_env, owner, runners, shutdown_signal};
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Most runs held at once.
+    #[arg(long, default_value_t = 512)]
+    batch: usize,
+    /// How long a claimed run stays this worker's without a renewal, in seconds.
+    #[arg(long, default_value_t = 30)]
+    lease_seconds: u64,
+    /// Environment variables expressions may read (`env.NAME`); repeatable.
+    #[arg(long = "env-allow", value_name = "NAME")]
+    env_allow: Vec<String>,
+}
+
+pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
+    let mut config = WorkerConfig::new(owner("worker"));
+    config.batch = args.batch.max(1);
+    config.lease = Duration::from_secs(args.lease_seconds.max(1));
+    config.env = allowed_env(&args.env_allow);
+    eprintln!("awl worker {} on {}", config.owner, store.location());
+    let worker = Worker::new(store, runners(), config, system_clock());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        eprintln!("stopping: finishing work in flight, then giving runs back");
+        let _ = stop_tx.send(true);
+    });
+    worker.run(stop_rx).await?;
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! Starting runs, with the idempotency rule.
+//!
+//! Without a key a run gets a fresh id. With one, its id is derived from the caller
+//! and the key ([`IdempotencyKey::derive`]), so a request repeated after a lost answer
+//! (or two racing copies of it) finds the run the first one started: the start is
+//! decided on that stream, and a stream that already holds a run is the answer, if it
+//! was started with the same workflow and inputs, or a refusal if not.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::definitions::{self, Registered};
+use crate::domain::Decide;
+use crate::domain::ids::{IdempotencyKey, RunId};
+use crate::domain::run::Run;
+use crate::engine;
+use crate::log::Metadata;
+use crate::store::command::Command;
+use crate::workflow::{self, inputs};
+
+use super::{Runs, RunsError, run_stream};
+
+/// Names a run started with an idempotency key.
+const RUN_KEY_NAMESPACE: Uuid = Uuid::from_u128(0x2f6b_8c1d_5e4a_4b9f_a7c3_1d8e_6f2a_0b54);
+
+/// Start a run of a registered workflow.
+#[derive(Debug, Clone, Default)]
+pub struct StartRun {
+    /// The workflow's name; `name@version` for a given version (default: the latest
+    /// runnable one).
+    pub workflow: String,
+    /// Inputs as JSON values (types must match the declared ones).
+    pub inputs: Map<String, Value>,
+}
+
+/// A run that was started (or found, for a repeated idempotent request).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Started {
+    pub run_id: RunId,
+    pub workflow: String,
+    pub version: String,
+    /// False when an earlier request with the same key started it.
+    pub created: bool,
+}
+
+impl Runs {
+    /// Start a run of a registered workflow as `by`.
+    pub async fn start(
+        &self,
+        request: StartRun,
+        by: &str,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Started, RunsError> {
+        let (workflow, version) = self
+            .definitions
+            .resolve(&self.store, &request.workflow)
+            .await?;
+        let name = request
+            .workflow
+            .split('@')
+            .next()
+            .unwrap_or(&request.workflow)
+            .to_string();
+        let inputs = inputs::resolve(&workflow.inputs, request.inputs, inputs::Given::Json)
+            .map_err(|problems| {
+                RunsError::Inputs(
+                    problems
+                        .iter()
+                        .map(|p| p.message.clone())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            })?;
+        let run_id = match key {
+            Some(k) => RunId::from_uuid(k.derive(&RUN_KEY_NAMESPACE, by)),
+            None => RunId::new(),
+        };
+        let registered = Registered {
+            name,
+            version,
+            content_hash: String::new(),
+            workflow,
+        };
+        self.start_registered(&registered, inputs, run_id, by, key)
+            .await
+    }
+
+    /// Register a workflow file (and the sub-workflow files it names), check `given`
+    /// inputs against it (text from the command line, read as the declared types) and
+    /// start a run. Problems name the file, line and column.
+    pub async fn start_file(
+        &self,
+        path: &Path,
+        given: Map<String, Value>,
+        by: &str,
+    ) -> Result<(Started, Registered), RunsError> {
+        let loaded = workflow::load(path).map_err(definitions::DefinitionError::Invalid)?;
+        let inputs = inputs::resolve_for(&loaded.checked, path, given, inputs::Given::Text)
+            .map_err(definitions::DefinitionError::Invalid)?;
+        let registered = definitions::register_file(&self.store, path, by, self.now()).await?;
+        let started = self
+            .start_registered(&registered, inputs, RunId::new(), by, None)
+            .await?;
+        Ok((started, registered))
+    }
+
+    /// Start a run of a version already registered (and loaded) with inputs already
+    /// resolved against its declarations, as [`Runs::start`] and [`Runs::start_file`]
+    /// resolve them: for callers that register once and start many runs.
+    pub async fn start_version(
+        &self,
+        registered: &Registered,
+        inputs: Map<String, Value>,
+        by: &str,
+    ) -> Result<Started, RunsError> {
+        self.start_registered(registered, inputs, RunId::new(), by, None)
+            .await
+    }
+
+    /// Append the run's start (inputs already checked) with its first wake-up.
+    async fn start_registered(
+        &self,
+        registered: &Registered,
+        inputs: Map<String, Value>,
+        run_id: RunId,
+        by: &str,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Started, RunsError> {
+        let now = self.now();
+        let command = engine::start_command(
+            &registered.workflow,
+            &registered.version,
+            run_id,
+            inputs.clone(),
+            None,
+            now,
+        )
+        .map_err(|e| RunsError::Invalid(e.to_string()))?;
+        let stream = run_stream(run_id);
+        let done = Command::new(&self.store, &stream, Metadata::actor(by))
+            .wakes(now, |_: &Run| vec![run_id.to_string()])
+            .run(|run| {
+                if key.is_some() && run.status().is_some() {
+                    // Started by an earlier request with this key: compared below.
+                    return Ok(Vec::new());
+                }
+                run.decide(command.clone())
+            })
+            .await?;
+        let run = &done.state;
+        if done.appended == 0 {
+            let same = run.workflow().map(|w| w.as_str()) == Some(registered.name.as_str())
+                && *run.inputs() == Value::Object(inputs);
+            if !same {
+                return Err(RunsError::IdempotencyMismatch {
+                    key: key.map(|k| k.to_string()).unwrap_or_default(),
+                    run: run_id,
+                });
+            }
+        }
+        Ok(Started {
+            run_id,
+            workflow: registered.name.clone(),
+            version: run.workflow_version().to_string(),
+            created: done.appended > 0,
+        })
+    }
+}

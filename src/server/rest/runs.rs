@@ -1,0 +1,82 @@
+//! Runs and gates: starting a run, reading it, deciding its gates, through the runs
+//! service.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+
+use crate::domain::ids::{GateId, IdError, RunId};
+use crate::runs::GateDecision;
+use crate::server::AppState;
+use crate::server::caller::idempotency_header;
+use crate::server::error::ApiError;
+use crate::server::extract::Body;
+use crate::server::wire::{GateDecisionRequest, RunView, StartRunRequest, StartedRun};
+
+use super::{Api, Who, created_or_found};
+
+pub async fn start(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    Body(req): Body<StartRunRequest>,
+) -> Api<Response> {
+    let key = idempotency_header(&headers)?;
+    let started = app.runs.start(req.into(), &who.name, key.as_ref()).await?;
+    Ok(created_or_found(
+        started.created,
+        StartedRun::from(&started),
+    ))
+}
+
+/// A run id from a path: one that cannot be a run names none.
+pub fn run_id(raw: &str) -> Api<RunId> {
+    raw.parse()
+        .map_err(|e: IdError| ApiError::not_found("run_not_found", e.to_string()))
+}
+
+pub fn gate_id(raw: &str) -> Api<GateId> {
+    raw.parse()
+        .map_err(|e: IdError| ApiError::not_found("gate_not_found", e.to_string()))
+}
+
+pub async fn status(State(app): State<AppState>, Path(id): Path<String>) -> Api<Json<RunView>> {
+    let (run, version) = app.runs.get(run_id(&id)?).await?;
+    Ok(Json(RunView::of(&run, version)))
+}
+
+pub async fn approve_gate(
+    State(app): State<AppState>,
+    who: Who,
+    Path(id): Path<String>,
+    Body(req): Body<GateDecisionRequest>,
+) -> Api<Json<RunView>> {
+    decide(&app, &who.name, &id, true, req.comment)
+        .await
+        .map(Json)
+}
+
+pub async fn reject_gate(
+    State(app): State<AppState>,
+    who: Who,
+    Path(id): Path<String>,
+    Body(req): Body<GateDecisionRequest>,
+) -> Api<Json<RunView>> {
+    decide(&app, &who.name, &id, false, req.comment)
+        .await
+        .map(Json)
+}
+
+/// Decide a gate (REST and MCP alike); the answer is the run after the decision.
+pub async fn decide(
+    app: &AppState,
+    by: &str,
+    gate: &str,
+    approve: bool,
+    comment: Option<String>,
+) -> Api<RunView> {
+    let decision = GateDecision::new(approve, comment)?;
+    let (run, version) = app.runs.decide_gate(gate_id(gate)?, decision, by).await?;
+    Ok(RunView::of(&run, version))
+}

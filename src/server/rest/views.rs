@@ -1,0 +1,178 @@
+//! The read models over HTTP: each handler parses its query parameters into a typed
+//! filter and calls `projections::queries`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use crate::page::{Cursor, Page};
+use crate::projections::queries::{self, *};
+use crate::projections::{ProjectionStatus, Projections};
+use crate::server::AppState;
+use crate::server::error::ApiError;
+use crate::server::extract::Params;
+
+use super::Api;
+
+/// The query parameters of every view (each view reads the ones it has).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ViewParams {
+    status: Option<String>,
+    agent: Option<String>,
+    workflow: Option<String>,
+    actor: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    after: Option<String>,
+    limit: Option<i64>,
+}
+
+impl ViewParams {
+    fn limit(&self) -> usize {
+        self.limit.unwrap_or(100).clamp(1, 1_000) as usize
+    }
+
+    fn time(value: &Option<String>, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
+        value
+            .as_deref()
+            .map(|v| {
+                DateTime::parse_from_rfc3339(v)
+                    .map(|t| t.with_timezone(&Utc))
+                    .map_err(|e| {
+                        ApiError::invalid(format!("`{name}` must be an RFC 3339 time: {e}"))
+                    })
+            })
+            .transpose()
+    }
+
+    fn since(&self) -> Result<Option<DateTime<Utc>>, ApiError> {
+        Self::time(&self.since, "since")
+    }
+
+    fn until(&self) -> Result<Option<DateTime<Utc>>, ApiError> {
+        Self::time(&self.until, "until")
+    }
+
+    fn after(&self) -> Result<Option<Cursor>, ApiError> {
+        Ok(Cursor::parse_opt(self.after.as_deref())?)
+    }
+
+    fn statuses(&self) -> Vec<String> {
+        self.status
+            .as_deref()
+            .map(|s| {
+                s.split(',')
+                    .map(|x| x.trim().to_uppercase())
+                    .filter(|x| !x.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+pub async fn board(
+    State(app): State<AppState>,
+    Params(p): Params<ViewParams>,
+) -> Api<Json<Page<BoardRow>>> {
+    let filter = BoardFilter {
+        statuses: p.statuses(),
+        agent: p.agent.clone(),
+        since: p.since()?,
+        until: p.until()?,
+        after: p.after()?,
+        limit: p.limit(),
+    };
+    Ok(Json(queries::board(app.board.store(), &filter).await?))
+}
+
+pub async fn runs(
+    State(app): State<AppState>,
+    Params(p): Params<ViewParams>,
+) -> Api<Json<Page<RunRow>>> {
+    let filter = RunFilter {
+        statuses: p.statuses(),
+        workflow: p.workflow.clone(),
+        since: p.since()?,
+        until: p.until()?,
+        after: p.after()?,
+        limit: p.limit(),
+    };
+    Ok(Json(queries::runs(app.board.store(), &filter).await?))
+}
+
+pub async fn timeline(
+    State(app): State<AppState>,
+    Path(run_id): Path<String>,
+) -> Api<Json<Timeline>> {
+    queries::timeline(app.board.store(), &run_id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::not_found("run_not_found", format!("no run {run_id} in the runs view"))
+        })
+}
+
+pub async fn inbox(
+    State(app): State<AppState>,
+    Params(p): Params<ViewParams>,
+) -> Api<Json<Vec<GateRow>>> {
+    let filter = InboxFilter {
+        workflow: p.workflow.clone(),
+        limit: p.limit(),
+    };
+    Ok(Json(queries::inbox(app.board.store(), &filter).await?))
+}
+
+pub async fn agents(State(app): State<AppState>) -> Api<Json<Vec<AgentRow>>> {
+    Ok(Json(queries::agents(app.board.store()).await?))
+}
+
+pub async fn audit(
+    State(app): State<AppState>,
+    Params(p): Params<ViewParams>,
+) -> Api<Json<Page<AuditRow>>> {
+    let filter = AuditFilter {
+        actor: p.actor.clone(),
+        since: p.since()?,
+        until: p.until()?,
+        after: p.after()?,
+        limit: p.limit(),
+    };
+    Ok(Json(queries::audit(app.board.store(), &filter).await?))
+}
+
+pub async fn workflow_analytics(
+    State(app): State<AppState>,
+    Params(p): Params<ViewParams>,
+) -> Api<Json<Vec<WorkflowStats>>> {
+    let filter = AnalyticsFilter {
+        workflow: p.workflow.clone(),
+        since: p.since()?,
+        until: p.until()?,
+    };
+    Ok(Json(
+        queries::workflow_stats(app.board.store(), &filter).await?,
+    ))
+}
+
+pub async fn step_analytics(
+    State(app): State<AppState>,
+    Params(p): Params<ViewParams>,
+) -> Api<Json<Vec<StepStats>>> {
+    Ok(Json(
+        queries::step_stats(app.board.store(), p.workflow.as_deref()).await?,
+    ))
+}
+
+pub async fn agent_analytics(State(app): State<AppState>) -> Api<Json<Vec<AgentStats>>> {
+    Ok(Json(queries::agent_stats(app.board.store()).await?))
+}
+
+/// Each projection's checkpoint and lag.
+pub async fn projections(State(app): State<AppState>) -> Api<Json<Vec<ProjectionStatus>>> {
+    Ok(Json(
+        Projections::new(app.board.store().clone()).status().await?,
+    ))
+}

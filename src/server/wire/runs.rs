@@ -1,0 +1,146 @@
+//! Runs and gates on the wire.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::domain::run::{Run, RunOutcome};
+use crate::runs::{StartRun, Started};
+
+/// Start a run of a registered workflow.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartRunRequest {
+    /// The workflow's name; `name@version` for a given version (default: the latest).
+    pub workflow: String,
+    #[serde(default)]
+    pub inputs: Map<String, Value>,
+}
+
+impl From<StartRunRequest> for StartRun {
+    fn from(r: StartRunRequest) -> Self {
+        StartRun {
+            workflow: r.workflow,
+            inputs: r.inputs,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GateDecisionRequest {
+    /// Required to reject: why.
+    #[serde(default)]
+    pub comment: Option<String>,
+}
+
+/// A run as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RunView {
+    pub run_id: Uuid,
+    pub workflow: String,
+    pub version: String,
+    /// RUNNING, WAITING, SUCCEEDED, FAILED, CANCELLED.
+    pub status: String,
+    pub steps: BTreeMap<String, StepView>,
+    pub open_gates: Vec<GateView>,
+    pub cost_usd: f64,
+    pub started_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+    pub outputs: Option<Value>,
+    pub failure: Option<String>,
+    pub version_in_log: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct StepView {
+    /// scheduled, running, succeeded, failed, skipped.
+    pub phase: String,
+    pub attempt: u32,
+    pub output: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct GateView {
+    pub gate_id: Uuid,
+    pub step_id: String,
+    pub message: String,
+    pub approvers: Vec<String>,
+    pub opened_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A run that was started (or, for a repeated idempotent request, found).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct StartedRun {
+    pub run_id: Uuid,
+    pub workflow: String,
+    pub version: String,
+}
+
+impl From<&Started> for StartedRun {
+    fn from(s: &Started) -> Self {
+        StartedRun {
+            run_id: s.run_id.as_uuid(),
+            workflow: s.workflow.clone(),
+            version: s.version.clone(),
+        }
+    }
+}
+
+impl RunView {
+    pub fn of(run: &Run, version: i64) -> Self {
+        let (outputs, failure) = match run.outcome() {
+            Some(RunOutcome::Succeeded { outputs, .. }) => (Some(outputs.clone()), None),
+            Some(RunOutcome::Failed { reason, .. }) => (None, Some(reason.clone())),
+            Some(RunOutcome::Cancelled { reason, by, .. }) => {
+                (None, Some(format!("cancelled by {by}: {reason}")))
+            }
+            _ => (None, None),
+        };
+        RunView {
+            run_id: run.id().unwrap_or_default().as_uuid(),
+            workflow: run.workflow().map(|w| w.to_string()).unwrap_or_default(),
+            version: run.workflow_version().to_string(),
+            status: run
+                .status()
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_default(),
+            steps: run
+                .steps()
+                .iter()
+                .map(|(id, s)| {
+                    (
+                        id.to_string(),
+                        StepView {
+                            phase: s.phase().as_str().to_string(),
+                            attempt: s.attempt(),
+                            output: run.succeeded_output(id).cloned(),
+                        },
+                    )
+                })
+                .collect(),
+            open_gates: run
+                .open_gates()
+                .map(|g| GateView {
+                    gate_id: g.gate_id.as_uuid(),
+                    step_id: g.step_id.to_string(),
+                    message: g.message.clone(),
+                    approvers: g.approvers.clone(),
+                    opened_at: g.opened_at,
+                    expires_at: g.expires_at,
+                })
+                .collect(),
+            cost_usd: run.total_cost_usd(),
+            started_at: run.started_at(),
+            updated_at: run.updated_at(),
+            outputs,
+            failure,
+            version_in_log: version,
+        }
+    }
+}
