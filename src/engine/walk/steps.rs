@@ -1,0 +1,291 @@
+//! Walking lists of steps and starting a step: guards, conditionals, and the work a
+//! step asks for (an effect, a task, a child run, a gate).
+
+use super::*;
+
+impl<'a> Walker<'a> {
+    pub(super) fn walk_list(
+        &mut self,
+        list: &'a [Step],
+        prev: Option<&str>,
+    ) -> Result<Progress, EngineError> {
+        let mut prev = prev.map(String::from);
+        for step in list {
+            match self.walk_step(step, prev.as_deref())? {
+                Progress::Done => prev = Some(step.id().to_string()),
+                other => return Ok(other),
+            }
+        }
+        Ok(Progress::Done)
+    }
+
+    pub(super) fn walk_step(
+        &mut self,
+        step: &'a Step,
+        prev: Option<&str>,
+    ) -> Result<Progress, EngineError> {
+        let id = step_id(step);
+        for _ in 0..MAX_MOVES_PER_STEP {
+            let state = self.state.step(&id).cloned();
+            let moved = match state {
+                None => {
+                    self.decide(RunCommand::ScheduleStep {
+                        step_id: id.clone(),
+                        due_at: self.now,
+                        at: self.now,
+                    })?;
+                    true
+                }
+                Some(StepState::Scheduled { attempt, due_at }) => {
+                    if due_at > self.now {
+                        self.wake(due_at);
+                        return Ok(Progress::Blocked);
+                    }
+                    if self.budget_hold(&id)? {
+                        return Ok(Progress::Blocked);
+                    }
+                    self.begin(step, attempt, prev)?;
+                    true
+                }
+                Some(StepState::Running {
+                    attempt,
+                    timeout_at,
+                    ..
+                }) => {
+                    if let Some(deadline) = timeout_at {
+                        if deadline <= self.now {
+                            let seconds = self.timeout_seconds(step, attempt).unwrap_or_default();
+                            self.fail_step(
+                                &id,
+                                attempt,
+                                ErrorClass::Timeout,
+                                format!("attempt {attempt} timed out after {seconds} s"),
+                            )?;
+                            continue;
+                        }
+                        self.wake(deadline);
+                    }
+                    match self.running(step, attempt, prev)? {
+                        Some(progress) => return Ok(progress),
+                        None => true,
+                    }
+                }
+                Some(StepState::Succeeded { output, .. }) => {
+                    return self.after_success(step, &output, prev);
+                }
+                Some(StepState::Skipped { .. }) => {
+                    self.skip_unscheduled(&step.children())?;
+                    return Ok(Progress::Done);
+                }
+                Some(StepState::Failed {
+                    attempt,
+                    error,
+                    is_final,
+                }) => match self.after_failure(step, attempt, error, is_final)? {
+                    Some(progress) => return Ok(progress),
+                    None => true,
+                },
+            };
+            debug_assert!(moved);
+        }
+        Err(EngineError::Stuck { step: id })
+    }
+
+    /// Start `attempt` of a due step (or skip it when its `if` is false).
+    pub(super) fn begin(
+        &mut self,
+        step: &'a Step,
+        attempt: u32,
+        prev: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let id = step_id(step);
+        if attempt == 1
+            && let Some(guard) = &step.common.guard
+        {
+            match self.condition(guard, prev) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return self.decide(RunCommand::SkipStep {
+                        step_id: id,
+                        reason: format!("`if` is false: {guard}"),
+                        at: self.now,
+                    });
+                }
+                Err(e) => {
+                    self.start(step, attempt, None)?;
+                    return self.fail_step(
+                        &id,
+                        attempt,
+                        ErrorClass::Validation,
+                        format!("if: {e}"),
+                    );
+                }
+            }
+        }
+        let timeout = match &step.kind {
+            // A gate's timeout is its expiry, handled by the gate.
+            StepKind::Gate(_) => None,
+            _ => self.timeout_seconds(step, attempt),
+        };
+        self.start(step, attempt, timeout)?;
+        self.on_start(step, attempt, prev)
+    }
+
+    pub(super) fn start(
+        &mut self,
+        step: &Step,
+        attempt: u32,
+        timeout: Option<u64>,
+    ) -> Result<(), EngineError> {
+        let id = step_id(step);
+        let key = idempotency_key(self.run_id, &id, attempt);
+        self.started_now.insert(key.clone());
+        self.decide(RunCommand::StartStep {
+            step_id: id,
+            attempt,
+            idempotency_key: key,
+            timeout_at: timeout.map(|s| self.now + Duration::seconds(s as i64)),
+            at: self.now,
+        })
+    }
+
+    /// What a step does as it starts.
+    pub(super) fn on_start(
+        &mut self,
+        step: &'a Step,
+        attempt: u32,
+        prev: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let id = step_id(step);
+        let scope = self.scope_for(prev, &templates_of(step));
+        match &step.kind {
+            StepKind::Gate(gate) => {
+                let message = match render::text(&gate.message, &scope) {
+                    Ok(m) => m,
+                    Err(e) => return self.fail_step(&id, attempt, ErrorClass::Validation, e),
+                };
+                self.decide(RunCommand::OpenGate {
+                    gate_id: gate_id(self.run_id, &id, attempt),
+                    step_id: id,
+                    approvers: gate.approvers.clone(),
+                    message,
+                    expires_at: step
+                        .common
+                        .timeout_seconds
+                        .map(|s| self.now + Duration::seconds(s as i64)),
+                    at: self.now,
+                })
+            }
+            StepKind::Conditional(c) => match self.condition(&c.condition, prev) {
+                Ok(value) => self.decide(RunCommand::SucceedStep {
+                    step_id: id,
+                    attempt,
+                    output: json!({
+                        "branch": if value { "if_true" } else { "if_false" },
+                        "condition": value,
+                    }),
+                    cost_usd: None,
+                    tokens: None,
+                    at: self.now,
+                }),
+                Err(e) => self.fail_step(
+                    &id,
+                    attempt,
+                    ErrorClass::Validation,
+                    format!("condition: {e}"),
+                ),
+            },
+            StepKind::Parallel(_) => Ok(()),
+            StepKind::Agent(a) => {
+                let rendered = (|| -> Result<_, String> {
+                    let prompt = render::text(&a.prompt, &scope)?;
+                    let repository = a
+                        .workspace
+                        .as_ref()
+                        .map(|w| render::text(&w.repository, &scope))
+                        .transpose()?;
+                    let branch = a
+                        .workspace
+                        .as_ref()
+                        .and_then(|w| w.branch.as_deref())
+                        .map(|b| render::text(b, &scope))
+                        .transpose()?;
+                    Ok((prompt, repository, branch))
+                })();
+                match rendered {
+                    Ok((prompt, repository, branch)) => {
+                        self.effects.push(Effect::QueueTask {
+                            task_id: task_id(self.run_id, &id, attempt),
+                            step_id: id,
+                            attempt,
+                            prompt,
+                            capabilities: a.capabilities.clone(),
+                            repository,
+                            branch,
+                            agent_hint: a.agent_hint.clone(),
+                            priority: a.priority,
+                            review_required: a.review_required,
+                        });
+                        Ok(())
+                    }
+                    Err(e) => self.fail_step(&id, attempt, ErrorClass::Validation, e),
+                }
+            }
+            StepKind::Workflow(w) => {
+                let inputs = crate::expr::render_value(&Value::Object(w.inputs.clone()), &scope);
+                match inputs {
+                    Ok(Value::Object(inputs)) => {
+                        self.effects.push(Effect::StartChild {
+                            run_id: child_run_id(self.run_id, &id, attempt),
+                            step_id: id,
+                            attempt,
+                            workflow: w.workflow.clone(),
+                            inputs,
+                        });
+                        Ok(())
+                    }
+                    Ok(other) => self.fail_step(
+                        &id,
+                        attempt,
+                        ErrorClass::Validation,
+                        format!("inputs must render to a mapping, not {other}"),
+                    ),
+                    Err(e) => self.fail_step(&id, attempt, ErrorClass::Validation, e.to_string()),
+                }
+            }
+            _ => self.perform(step, attempt, prev),
+        }
+    }
+
+    /// Emit the work of a performed step's attempt.
+    pub(super) fn perform(
+        &mut self,
+        step: &Step,
+        attempt: u32,
+        prev: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let id = step_id(step);
+        let scope = self.scope_for(prev, &templates_of(step));
+        let fallback = self.recovery_before(&id, attempt).and_then(|r| match r {
+            RecoveryAction::Fallback { tool } => Some(tool),
+            _ => None,
+        });
+        let work = match render::work(self.def, step, &scope, fallback.as_deref()) {
+            Ok(work) => work,
+            Err(e) => return self.fail_step(&id, attempt, ErrorClass::Validation, e),
+        };
+        let before = match self.recovery_before(&id, attempt) {
+            Some(RecoveryAction::RefreshAuth) => self.refresh_hook(step, &id, attempt),
+            _ => None,
+        };
+        self.effects.push(Effect::Perform {
+            key: idempotency_key(self.run_id, &id, attempt),
+            step_id: id,
+            attempt,
+            work,
+            before,
+            timeout_ms: self.timeout_seconds(step, attempt).map(|s| s * 1000),
+        });
+        Ok(())
+    }
+}
