@@ -9,13 +9,21 @@
 //! its runs replays them and starts any attempt that had no outcome again, with the
 //! same idempotency key.
 //!
-//! - `worker`: the claim / decide / commit / perform loop.
+//! - `worker`: the loop: claim, decide, commit, perform; leases and shutdown.
+//! - `waiting`: what a held run's agent and workflow steps wait on (tasks, child runs).
+//! - `decide`: ticking the engine for one run, and planning what the commit writes
+//!   beside the run's events (tasks queued, child runs started, wake-ups).
+//! - `commit`: writing many runs' decisions in one transaction; nothing is decided
+//!   there.
 //! - `perform`: one effect through the step runners.
 //!
 //! What people do to runs (start, decide gates, cancel) is the runs service's
 //! ([`crate::runs`]): an append plus a wake-up that a worker here picks up.
 
+mod commit;
+mod decide;
 mod perform;
+mod waiting;
 mod worker;
 
 pub use worker::{Worker, WorkerConfig};

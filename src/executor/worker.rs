@@ -5,12 +5,14 @@
 //! 1. collect the outcomes of effects that finished;
 //! 2. claim due runs (up to `batch` held at once) and fold their streams (one query);
 //! 3. for every run with something new: read the tasks and child runs its waiting
-//!    steps depend on, then [`engine::tick`]; pure built-in tools (`noop`, `echo`,
-//!    `fail`) are answered at once and the run decided again, so a chain of them is
-//!    one commit;
-//! 4. one transaction: every run's events (each with its expected version), the tasks
-//!    and child runs they start, wake-ups for parents and children, and the release of
-//!    every run with nothing in flight (with its next due time);
+//!    steps depend on (`waiting.rs`), then [`engine::tick`]; pure built-in tools
+//!    (`noop`, `echo`, `fail`) are answered at once and the run decided again, so a
+//!    chain of them is one commit; the tasks and child runs it starts are decided
+//!    there too (`decide.rs`);
+//! 4. one transaction (`commit.rs`, which only writes): every run's events (each with
+//!    its expected version), the tasks and child runs they start, wake-ups for
+//!    parents and children, and the release of every run with nothing in flight (with
+//!    its next due time);
 //! 5. spawn the remaining effects.
 //!
 //! A run with work in flight stays held: its lease is renewed every third of the lease
@@ -22,25 +24,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
-use crate::domain::Decide;
-use crate::domain::ids::{AgentId, RunId};
-use crate::domain::run::{ErrorClass, ParentRef, Run, RunOutcome, StepState};
-use crate::domain::task::{RunStepRef, Task, TaskCommand, TaskEnding};
-use crate::domain::workspace::{Capabilities, Workspace};
-use crate::engine::{self, CompensationOutcome, Done, Effect, Failure, StepOutcome, TickInput};
-use crate::log::{AppendRequest, Metadata, StreamRef, StreamType};
+use crate::definitions::Definitions;
+use crate::domain::ids::RunId;
+use crate::domain::run::Run;
+use crate::engine::{self, CompensationOutcome, Effect, StepOutcome};
+use crate::log::StreamType;
 use crate::runners::Runners;
-use crate::store::{EventStore, Release, StoreError, domain_io};
-use crate::workflow::inputs::{self, Given};
-use crate::workflow::model::{StepKind, Workflow};
+use crate::store::{EventStore, Release, domain_io};
+use crate::workflow::model::Workflow;
 
 use super::ExecError;
 use super::perform::{self, Call};
-use crate::definitions::Definitions;
 
 /// How a worker behaves.
 #[derive(Clone)]
@@ -87,36 +84,22 @@ impl WorkerConfig {
     }
 }
 
-/// How many times one run is decided again in one round after pure tools answered
-/// at once; a longer chain goes on in the next round, so one run cannot hold up the
-/// others' commit.
-const MAX_TICKS_PER_ROUND: usize = 64;
-
 /// A run this worker holds.
-struct Held {
-    run: Run,
-    version: i64,
-    definition: Arc<Workflow>,
-    in_flight: BTreeSet<String>,
-    outcomes: Vec<StepOutcome>,
-    compensations: Vec<CompensationOutcome>,
+pub(super) struct Held {
+    pub run: Run,
+    pub version: i64,
+    pub definition: Arc<Workflow>,
+    pub in_flight: BTreeSet<String>,
+    pub outcomes: Vec<StepOutcome>,
+    pub compensations: Vec<CompensationOutcome>,
     /// Something new to decide on.
-    dirty: bool,
+    pub dirty: bool,
 }
 
 /// What a finished effect reports.
-enum Report {
+pub(super) enum Report {
     Step(StepOutcome, String),
     Compensation(CompensationOutcome, String),
-}
-
-/// A `workflow` step's child run, ready to start.
-struct ChildStart {
-    run_id: crate::domain::ids::RunId,
-    step_id: crate::domain::ids::StepId,
-    definition: Arc<Workflow>,
-    version: String,
-    inputs: serde_json::Map<String, Value>,
 }
 
 /// Give a run back to be tried again in a minute (it could not be loaded or decided).
@@ -132,25 +115,11 @@ fn retry_later(run_id: &str, version: i64, now: DateTime<Utc>) -> Release {
 /// A worker: cheap to clone, run with [`Worker::run`].
 #[derive(Clone)]
 pub struct Worker {
-    store: EventStore,
-    runners: Runners,
-    definitions: Definitions,
-    config: WorkerConfig,
-    clock: Clock,
-}
-
-/// One decision about one run, waiting to be committed.
-struct Decided {
-    run_id: String,
-    events: Vec<crate::domain::run::RunEvent>,
-    effects: Vec<Effect>,
-    /// Child runs to start, their definitions and inputs already resolved.
-    children: Vec<ChildStart>,
-    wake_at: Option<DateTime<Utc>>,
-    state: Run,
-    /// Outcomes of pure tools not yet decided on (the round's cap was reached): the
-    /// run stays held and is decided again next round.
-    pending: Vec<StepOutcome>,
+    pub(super) store: EventStore,
+    pub(super) runners: Runners,
+    pub(super) definitions: Definitions,
+    pub(super) config: WorkerConfig,
+    pub(super) clock: Clock,
 }
 
 impl Worker {
@@ -350,360 +319,7 @@ impl Worker {
         Ok((run, version, definition))
     }
 
-    /// Outcomes of waiting `agent` and `workflow` steps whose task or child run ended
-    /// (the tasks and the child runs each read in one query).
-    async fn external_outcomes(&self, h: &Held) -> Result<Vec<StepOutcome>, ExecError> {
-        let Some(id) = h.run.id() else {
-            return Ok(Vec::new());
-        };
-        let mut tasks = Vec::new();
-        let mut children = Vec::new();
-        for (step_id, state) in h.run.running_steps() {
-            let StepState::Running { attempt, .. } = state else {
-                continue;
-            };
-            match engine::find_step(&h.definition, step_id.as_str()).map(|s| &s.kind) {
-                Some(StepKind::Agent(_)) => tasks.push((
-                    step_id.clone(),
-                    *attempt,
-                    engine::task_id(id, step_id, *attempt).to_string(),
-                )),
-                Some(StepKind::Workflow(_)) => children.push((
-                    step_id.clone(),
-                    *attempt,
-                    engine::child_run_id(id, step_id, *attempt).to_string(),
-                )),
-                _ => {}
-            }
-        }
-        let mut found = Vec::new();
-        if !tasks.is_empty() {
-            let ids: Vec<String> = tasks.iter().map(|(_, _, t)| t.clone()).collect();
-            let streams = self.store.read_streams(StreamType::Task, &ids).await?;
-            for (step_id, attempt, task_id) in tasks {
-                let events = streams.get(&task_id).map(Vec::as_slice).unwrap_or_default();
-                let (task, _) = domain_io::fold::<Task>(events)?;
-                if let Some(result) = task_result(&task) {
-                    found.push(StepOutcome {
-                        step_id,
-                        attempt,
-                        result,
-                    });
-                }
-            }
-        }
-        if !children.is_empty() {
-            let ids: Vec<String> = children.iter().map(|(_, _, c)| c.clone()).collect();
-            let streams = self.store.read_streams(StreamType::Run, &ids).await?;
-            for (step_id, attempt, child_id) in children {
-                let events = streams
-                    .get(&child_id)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
-                let (child, _) = domain_io::fold::<Run>(events)?;
-                if let Some(result) = child_result(&child) {
-                    found.push(StepOutcome {
-                        step_id,
-                        attempt,
-                        result,
-                    });
-                }
-            }
-        }
-        Ok(found)
-    }
-
-    /// Tick a run until nothing pure is left to answer at once.
-    async fn decide(
-        &self,
-        run_id: &str,
-        h: &mut Held,
-        now: DateTime<Utc>,
-    ) -> Result<Decided, ExecError> {
-        let mut state = h.run.clone();
-        let mut events = Vec::new();
-        let mut outcomes = std::mem::take(&mut h.outcomes);
-        let mut compensations = std::mem::take(&mut h.compensations);
-        let mut kept = Vec::new();
-        let mut children = Vec::new();
-        // Work decided by an earlier tick of this round is as good as in flight: a later
-        // tick must not take its attempt for one a dead worker left behind.
-        let mut in_flight = h.in_flight.clone();
-        let mut wake_at = None;
-        for _ in 0..MAX_TICKS_PER_ROUND {
-            let input = TickInput {
-                now,
-                outcomes: std::mem::take(&mut outcomes),
-                compensations: std::mem::take(&mut compensations),
-                in_flight: in_flight.clone(),
-                env: self.config.env.clone(),
-            };
-            let tick = engine::tick(&h.definition, &state, &input)?;
-            events.extend(tick.events);
-            state = tick.state;
-            wake_at = tick.wake_at;
-            let mut again = false;
-            for effect in tick.effects {
-                match effect {
-                    Effect::Perform {
-                        ref work,
-                        ref step_id,
-                        attempt,
-                        before: None,
-                        ..
-                    } if perform::is_pure(work) => {
-                        let run_id = state.id().unwrap_or_default();
-                        let key = engine::step_idempotency_key(run_id, step_id);
-                        let call = Call {
-                            run_id,
-                            step_id: step_id.as_str(),
-                            attempt,
-                            key: &key,
-                            timeout_ms: None,
-                        };
-                        let result = perform::perform(&self.runners, &call, work, None).await;
-                        outcomes.push(StepOutcome {
-                            step_id: step_id.clone(),
-                            attempt,
-                            result,
-                        });
-                        again = true;
-                    }
-                    Effect::StartChild {
-                        ref step_id,
-                        attempt,
-                        ref workflow,
-                        ref inputs,
-                        run_id: child,
-                    } => match self.child_definition(workflow, inputs).await {
-                        Ok((definition, version, inputs)) => children.push(ChildStart {
-                            run_id: child,
-                            step_id: step_id.clone(),
-                            definition,
-                            version,
-                            inputs,
-                        }),
-                        Err(message) => {
-                            outcomes.push(StepOutcome {
-                                step_id: step_id.clone(),
-                                attempt,
-                                result: Err(Failure {
-                                    class: ErrorClass::Validation,
-                                    message,
-                                }),
-                            });
-                            again = true;
-                        }
-                    },
-                    other => {
-                        if let Effect::Perform { key, .. } | Effect::Compensate { key, .. } = &other
-                        {
-                            in_flight.insert(key.clone());
-                        }
-                        kept.push(other)
-                    }
-                }
-            }
-            if !again {
-                break;
-            }
-        }
-        Ok(Decided {
-            run_id: run_id.to_string(),
-            events,
-            effects: kept,
-            children,
-            wake_at,
-            state,
-            pending: outcomes,
-        })
-    }
-
-    async fn child_definition(
-        &self,
-        reference: &str,
-        given: &serde_json::Map<String, Value>,
-    ) -> Result<(Arc<Workflow>, String, serde_json::Map<String, Value>), String> {
-        let (definition, version) = self
-            .definitions
-            .resolve(&self.store, reference)
-            .await
-            .map_err(|e| format!("sub-workflow `{reference}`: {e}"))?;
-        let inputs = inputs::resolve(&definition.inputs, given.clone(), Given::Json).map_err(
-            |problems| {
-                let list: Vec<String> = problems.into_iter().map(|p| p.message).collect();
-                format!("sub-workflow `{reference}`: {}", list.join("; "))
-            },
-        )?;
-        Ok((definition, version, inputs))
-    }
-
-    /// Write every decision in one transaction, then start their effects.
-    async fn commit(
-        &self,
-        held: &mut HashMap<String, Held>,
-        decided: Vec<Decided>,
-        refused: Vec<Release>,
-        done_tx: &mpsc::UnboundedSender<(String, Report)>,
-        now: DateTime<Utc>,
-    ) -> Result<(), ExecError> {
-        let actor = Metadata::actor("awl");
-        let mut tx = self.store.begin().await?;
-        // Runs' own events first, one request each.
-        let mut requests = Vec::new();
-        let mut owners = Vec::new();
-        for d in &decided {
-            if d.events.is_empty() {
-                continue;
-            }
-            let Some(h) = held.get(&d.run_id) else {
-                continue;
-            };
-            let stream = StreamRef::new(StreamType::Run, d.run_id.clone());
-            requests.push(domain_io::append_request(
-                &stream, h.version, &d.events, &actor,
-            )?);
-            owners.push(d.run_id.clone());
-        }
-        let results = tx.append_each(&requests).await?;
-        let mut conflicted = BTreeSet::new();
-        let mut versions: HashMap<String, i64> = HashMap::new();
-        for (run_id, result) in owners.into_iter().zip(results) {
-            match result {
-                Ok(appended) => {
-                    versions.insert(run_id, appended.stream_version);
-                }
-                Err(StoreError::Conflict { .. }) => {
-                    conflicted.insert(run_id);
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // What the committed decisions start in the log: tasks, child runs, wake-ups.
-        let mut side = Vec::new();
-        let mut wake = Vec::new();
-        for d in decided.iter().filter(|d| !conflicted.contains(&d.run_id)) {
-            for effect in &d.effects {
-                match effect {
-                    Effect::QueueTask { .. } => {
-                        if let Some(request) = queue_task(&d.state, effect, now, &actor)? {
-                            side.push(request);
-                        }
-                    }
-                    Effect::WakeParent(parent) => wake.push(parent.run_id.to_string()),
-                    _ => {}
-                }
-            }
-        }
-        for d in decided.iter().filter(|d| !conflicted.contains(&d.run_id)) {
-            for child in &d.children {
-                let parent = ParentRef {
-                    run_id: d.state.id().unwrap_or_default(),
-                    step_id: child.step_id.clone(),
-                };
-                let command = engine::start_command(
-                    &child.definition,
-                    &child.version,
-                    child.run_id,
-                    child.inputs.clone(),
-                    Some(parent),
-                    now,
-                )
-                .map_err(|e| ExecError::Refused(e.to_string()))?;
-                let events = Run::default()
-                    .decide(command)
-                    .map_err(|e| ExecError::Refused(e.to_string()))?;
-                let stream = StreamRef::new(StreamType::Run, child.run_id.to_string());
-                side.push(domain_io::append_request(&stream, 0, &events, &actor)?);
-                wake.push(child.run_id.to_string());
-                if let Some(only) = &self.config.only
-                    && let Ok(mut set) = only.lock()
-                {
-                    set.insert(child.run_id.to_string());
-                }
-            }
-        }
-        // A task or child run that already exists was started by an earlier attempt
-        // of this decision (a crash between commit and release): nothing to do.
-        for result in tx.append_each(&side).await? {
-            match result {
-                Ok(_) | Err(StoreError::Conflict { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        for run_id in &wake {
-            tx.wake_run(run_id, now).await?;
-        }
-        // Give back every run with nothing in flight after this round.
-        let mut releases = refused;
-        for d in &decided {
-            if conflicted.contains(&d.run_id) {
-                continue;
-            }
-            let Some(h) = held.get(&d.run_id) else {
-                continue;
-            };
-            let starts_work = d
-                .effects
-                .iter()
-                .any(|e| matches!(e, Effect::Perform { .. } | Effect::Compensate { .. }));
-            if h.in_flight.is_empty() && !starts_work && d.pending.is_empty() {
-                releases.push(Release {
-                    run_id: d.run_id.clone(),
-                    due_at: d.wake_at,
-                    version: versions.get(&d.run_id).copied().unwrap_or(h.version),
-                    finished: d.state.is_terminal(),
-                });
-            }
-        }
-        tx.release_runs(&self.config.owner, &releases, now).await?;
-        tx.commit().await?;
-
-        let released: BTreeSet<&str> = releases.iter().map(|r| r.run_id.as_str()).collect();
-        for d in decided {
-            if conflicted.contains(&d.run_id) {
-                // Someone else wrote to the run: read it again and decide again.
-                if let Some(h) = held.get_mut(&d.run_id) {
-                    match self.reload(&d.run_id).await {
-                        Ok((run, version)) => {
-                            h.run = run;
-                            h.version = version;
-                            h.dirty = true;
-                        }
-                        Err(e) => tracing::warn!(run = %d.run_id, error = %e, "cannot reload run"),
-                    }
-                }
-                continue;
-            }
-            if released.contains(d.run_id.as_str()) {
-                held.remove(&d.run_id);
-                continue;
-            }
-            let Some(h) = held.get_mut(&d.run_id) else {
-                continue;
-            };
-            h.version = versions.get(&d.run_id).copied().unwrap_or(h.version);
-            h.run = d.state;
-            if !d.pending.is_empty() {
-                h.outcomes.extend(d.pending);
-                h.dirty = true;
-            }
-            for effect in d.effects {
-                self.spawn(&d.run_id, h, effect, done_tx);
-            }
-        }
-        Ok(())
-    }
-
-    async fn reload(&self, run_id: &str) -> Result<(Run, i64), ExecError> {
-        let events = self
-            .store
-            .read_stream(&StreamRef::new(StreamType::Run, run_id))
-            .await?;
-        Ok(domain_io::fold::<Run>(&events)?)
-    }
-
-    fn spawn(
+    pub(super) fn spawn(
         &self,
         run_id: &str,
         h: &mut Held,
@@ -876,110 +492,4 @@ fn accept(held: &mut HashMap<String, Held>, run_id: String, report: Report) {
         }
     }
     h.dirty = true;
-}
-
-/// The `task.queued` request of an agent step's task.
-fn queue_task(
-    run: &Run,
-    effect: &Effect,
-    now: DateTime<Utc>,
-    actor: &Metadata,
-) -> Result<Option<AppendRequest>, ExecError> {
-    let Effect::QueueTask {
-        task_id,
-        step_id,
-        attempt,
-        prompt,
-        capabilities,
-        repository,
-        branch,
-        agent_hint,
-        priority,
-        review_required,
-    } = effect
-    else {
-        return Ok(None);
-    };
-    let command = TaskCommand::Queue {
-        task_id: *task_id,
-        prompt: prompt.clone(),
-        required_capabilities: Capabilities::new(capabilities.iter().cloned()),
-        workspace: repository.clone().map(|repository| Workspace {
-            repository,
-            branch: branch.clone(),
-        }),
-        agent_hint: agent_hint
-            .as_deref()
-            .and_then(|a| AgentId::try_from(a).ok()),
-        priority: *priority,
-        review_required: *review_required,
-        run_step: Some(RunStepRef {
-            run_id: run.id().unwrap_or_default(),
-            step_id: step_id.clone(),
-            attempt: *attempt,
-        }),
-        at: now,
-    };
-    let events = Task::default()
-        .decide(command)
-        .map_err(|e| ExecError::Refused(e.to_string()))?;
-    let stream = StreamRef::new(StreamType::Task, task_id.to_string());
-    Ok(Some(domain_io::append_request(&stream, 0, &events, actor)?))
-}
-
-/// How an agent step's task ended, if it did.
-fn task_result(task: &Task) -> Option<Result<Done, Failure>> {
-    match task.ending()? {
-        TaskEnding::Completed { .. } => {
-            let output = task.result().cloned().unwrap_or(Value::Null);
-            let (cost_usd, tokens) = perform::reported_cost(&output);
-            Some(Ok(Done {
-                output,
-                cost_usd,
-                tokens,
-            }))
-        }
-        TaskEnding::Failed {
-            reason,
-            error_class,
-            by,
-            ..
-        } => Some(Err(Failure {
-            class: error_class
-                .as_deref()
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(ErrorClass::Unknown),
-            message: format!("the task failed ({by}): {reason}"),
-        })),
-        TaskEnding::Cancelled { by, reason, .. } => Some(Err(Failure {
-            class: ErrorClass::Validation,
-            message: format!("the task was cancelled by {by}: {reason}"),
-        })),
-    }
-}
-
-/// How a child run ended, if it did.
-fn child_result(child: &Run) -> Option<Result<Done, Failure>> {
-    match child.outcome()? {
-        RunOutcome::Succeeded { outputs, .. } => Some(Ok(Done {
-            output: outputs.clone(),
-            cost_usd: (child.total_cost_usd() > 0.0).then(|| child.total_cost_usd()),
-            tokens: (child.total_tokens() > 0).then(|| child.total_tokens()),
-        })),
-        RunOutcome::Failed {
-            reason,
-            error_class,
-            ..
-        } => Some(Err(Failure {
-            class: error_class.unwrap_or(ErrorClass::Dependency),
-            message: format!(
-                "the sub-workflow run {} failed: {reason}",
-                child.id().unwrap_or_default()
-            ),
-        })),
-        RunOutcome::Cancelled { by, reason, .. } => Some(Err(Failure {
-            class: ErrorClass::Validation,
-            message: format!("the sub-workflow run was cancelled by {by}: {reason}"),
-        })),
-    }
 }

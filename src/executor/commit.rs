@@ -1,0 +1,156 @@
+//! Writing what was decided, for many runs in one transaction: every run's events with
+//! its expected version, then (for the runs whose append did not conflict) the side
+//! writes their decisions planned (tasks, child runs, wake-ups), then the release of
+//! every run with nothing in flight, with its next due time. Nothing is decided here.
+
+use std::collections::{BTreeSet, HashMap};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+
+use crate::domain::run::Run;
+use crate::engine::Effect;
+use crate::log::{Metadata, StreamRef, StreamType};
+use crate::store::{Release, StoreError, domain_io};
+
+use super::ExecError;
+use super::decide::Decided;
+use super::worker::{Held, Report, Worker};
+
+impl Worker {
+    /// Write every decision in one transaction, then start their effects.
+    pub(super) async fn commit(
+        &self,
+        held: &mut HashMap<String, Held>,
+        mut decided: Vec<Decided>,
+        refused: Vec<Release>,
+        done_tx: &mpsc::UnboundedSender<(String, Report)>,
+        now: DateTime<Utc>,
+    ) -> Result<(), ExecError> {
+        let actor = Metadata::actor("awl");
+        let mut tx = self.store.begin().await?;
+        // Runs' own events first, one request each.
+        let mut requests = Vec::new();
+        let mut owners = Vec::new();
+        for d in &decided {
+            if d.events.is_empty() {
+                continue;
+            }
+            let Some(h) = held.get(&d.run_id) else {
+                continue;
+            };
+            let stream = StreamRef::new(StreamType::Run, d.run_id.clone());
+            requests.push(domain_io::append_request(
+                &stream, h.version, &d.events, &actor,
+            )?);
+            owners.push(d.run_id.clone());
+        }
+        let results = tx.append_each(&requests).await?;
+        let mut conflicted = BTreeSet::new();
+        let mut versions: HashMap<String, i64> = HashMap::new();
+        for (run_id, result) in owners.into_iter().zip(results) {
+            match result {
+                Ok(appended) => {
+                    versions.insert(run_id, appended.stream_version);
+                }
+                Err(StoreError::Conflict { .. }) => {
+                    conflicted.insert(run_id);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // What the committed decisions planned beside their events.
+        let mut side = Vec::new();
+        let mut wake = Vec::new();
+        for d in decided
+            .iter_mut()
+            .filter(|d| !conflicted.contains(&d.run_id))
+        {
+            side.append(&mut d.side.appends);
+            wake.append(&mut d.side.wake);
+            if let Some(only) = &self.config.only
+                && let Ok(mut set) = only.lock()
+            {
+                set.extend(d.side.children.drain(..));
+            }
+        }
+        // A task or child run that already exists was started by an earlier attempt
+        // of this decision (a crash between commit and release): nothing to do.
+        for result in tx.append_each(&side).await? {
+            match result {
+                Ok(_) | Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for run_id in &wake {
+            tx.wake_run(run_id, now).await?;
+        }
+        // Give back every run with nothing in flight after this round.
+        let mut releases = refused;
+        for d in &decided {
+            if conflicted.contains(&d.run_id) {
+                continue;
+            }
+            let Some(h) = held.get(&d.run_id) else {
+                continue;
+            };
+            let starts_work = d
+                .effects
+                .iter()
+                .any(|e| matches!(e, Effect::Perform { .. } | Effect::Compensate { .. }));
+            if h.in_flight.is_empty() && !starts_work && d.pending.is_empty() {
+                releases.push(Release {
+                    run_id: d.run_id.clone(),
+                    due_at: d.wake_at,
+                    version: versions.get(&d.run_id).copied().unwrap_or(h.version),
+                    finished: d.state.is_terminal(),
+                });
+            }
+        }
+        tx.release_runs(&self.config.owner, &releases, now).await?;
+        tx.commit().await?;
+
+        let released: BTreeSet<&str> = releases.iter().map(|r| r.run_id.as_str()).collect();
+        for d in decided {
+            if conflicted.contains(&d.run_id) {
+                // Someone else wrote to the run: read it again and decide again.
+                if let Some(h) = held.get_mut(&d.run_id) {
+                    match self.reload(&d.run_id).await {
+                        Ok((run, version)) => {
+                            h.run = run;
+                            h.version = version;
+                            h.dirty = true;
+                        }
+                        Err(e) => tracing::warn!(run = %d.run_id, error = %e, "cannot reload run"),
+                    }
+                }
+                continue;
+            }
+            if released.contains(d.run_id.as_str()) {
+                held.remove(&d.run_id);
+                continue;
+            }
+            let Some(h) = held.get_mut(&d.run_id) else {
+                continue;
+            };
+            h.version = versions.get(&d.run_id).copied().unwrap_or(h.version);
+            h.run = d.state;
+            if !d.pending.is_empty() {
+                h.outcomes.extend(d.pending);
+                h.dirty = true;
+            }
+            for effect in d.effects {
+                self.spawn(&d.run_id, h, effect, done_tx);
+            }
+        }
+        Ok(())
+    }
+
+    async fn reload(&self, run_id: &str) -> Result<(Run, i64), ExecError> {
+        let events = self
+            .store
+            .read_stream(&StreamRef::new(StreamType::Run, run_id))
+            .await?;
+        Ok(domain_io::fold::<Run>(&events)?)
+    }
+}

@@ -1,0 +1,289 @@
+//! Deciding for one held run: tick the engine until nothing pure is left to answer at
+//! once, then decide everything the commit will write beside the run's own events
+//! (the tasks its agent steps queue, the child runs its workflow steps start, the runs
+//! to wake), so the commit only writes.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::domain::Decide;
+use crate::domain::ids::AgentId;
+use crate::domain::run::{ErrorClass, ParentRef, Run};
+use crate::domain::task::{RunStepRef, Task, TaskCommand};
+use crate::domain::workspace::{Capabilities, Workspace};
+use crate::engine::{self, Effect, Failure, StepOutcome, TickInput};
+use crate::log::{AppendRequest, Metadata, StreamRef, StreamType};
+use crate::store::domain_io;
+use crate::workflow::inputs::{self, Given};
+use crate::workflow::model::Workflow;
+
+use super::ExecError;
+use super::perform::{self, Call};
+use super::worker::{Held, Worker};
+
+/// How many times one run is decided again in one round after pure tools answered
+/// at once; a longer chain goes on in the next round, so one run cannot hold up the
+/// others' commit.
+const MAX_TICKS_PER_ROUND: usize = 64;
+
+/// A `workflow` step's child run, ready to start.
+struct ChildStart {
+    run_id: crate::domain::ids::RunId,
+    step_id: crate::domain::ids::StepId,
+    definition: Arc<Workflow>,
+    version: String,
+    inputs: serde_json::Map<String, Value>,
+}
+
+/// One decision about one run, waiting to be committed.
+pub(super) struct Decided {
+    pub run_id: String,
+    pub events: Vec<crate::domain::run::RunEvent>,
+    pub effects: Vec<Effect>,
+    /// What the commit writes beside the run's events.
+    pub side: SideWrites,
+    pub wake_at: Option<DateTime<Utc>>,
+    pub state: Run,
+    /// Outcomes of pure tools not yet decided on (the round's cap was reached): the
+    /// run stays held and is decided again next round.
+    pub pending: Vec<StepOutcome>,
+}
+
+/// What a decision writes beside the run's own events.
+#[derive(Default)]
+pub(super) struct SideWrites {
+    /// `task.queued` of each agent step's task, the start of each child run.
+    pub appends: Vec<AppendRequest>,
+    /// Runs to wake in the same transaction: parents of finished children, new
+    /// children.
+    pub wake: Vec<String>,
+    /// The child runs started (a worker following only some runs follows these too).
+    pub children: Vec<String>,
+}
+
+impl Worker {
+    /// Tick a run until nothing pure is left to answer at once.
+    pub(super) async fn decide(
+        &self,
+        run_id: &str,
+        h: &mut Held,
+        now: DateTime<Utc>,
+    ) -> Result<Decided, ExecError> {
+        let mut state = h.run.clone();
+        let mut events = Vec::new();
+        let mut outcomes = std::mem::take(&mut h.outcomes);
+        let mut compensations = std::mem::take(&mut h.compensations);
+        let mut kept = Vec::new();
+        let mut children = Vec::new();
+        // Work decided by an earlier tick of this round is as good as in flight: a later
+        // tick must not take its attempt for one a dead worker left behind.
+        let mut in_flight = h.in_flight.clone();
+        let mut wake_at = None;
+        for _ in 0..MAX_TICKS_PER_ROUND {
+            let input = TickInput {
+                now,
+                outcomes: std::mem::take(&mut outcomes),
+                compensations: std::mem::take(&mut compensations),
+                in_flight: in_flight.clone(),
+                env: self.config.env.clone(),
+            };
+            let tick = engine::tick(&h.definition, &state, &input)?;
+            events.extend(tick.events);
+            state = tick.state;
+            wake_at = tick.wake_at;
+            let mut again = false;
+            for effect in tick.effects {
+                match effect {
+                    Effect::Perform {
+                        ref work,
+                        ref step_id,
+                        attempt,
+                        before: None,
+                        ..
+                    } if perform::is_pure(work) => {
+                        let run_id = state.id().unwrap_or_default();
+                        let key = engine::step_idempotency_key(run_id, step_id);
+                        let call = Call {
+                            run_id,
+                            step_id: step_id.as_str(),
+                            attempt,
+                            key: &key,
+                            timeout_ms: None,
+                        };
+                        let result = perform::perform(&self.runners, &call, work, None).await;
+                        outcomes.push(StepOutcome {
+                            step_id: step_id.clone(),
+                            attempt,
+                            result,
+                        });
+                        again = true;
+                    }
+                    Effect::StartChild {
+                        ref step_id,
+                        attempt,
+                        ref workflow,
+                        ref inputs,
+                        run_id: child,
+                    } => match self.child_definition(workflow, inputs).await {
+                        Ok((definition, version, inputs)) => children.push(ChildStart {
+                            run_id: child,
+                            step_id: step_id.clone(),
+                            definition,
+                            version,
+                            inputs,
+                        }),
+                        Err(message) => {
+                            outcomes.push(StepOutcome {
+                                step_id: step_id.clone(),
+                                attempt,
+                                result: Err(Failure {
+                                    class: ErrorClass::Validation,
+                                    message,
+                                }),
+                            });
+                            again = true;
+                        }
+                    },
+                    other => {
+                        if let Effect::Perform { key, .. } | Effect::Compensate { key, .. } = &other
+                        {
+                            in_flight.insert(key.clone());
+                        }
+                        kept.push(other)
+                    }
+                }
+            }
+            if !again {
+                break;
+            }
+        }
+        let side = side_writes(&state, &kept, &children, now)?;
+        Ok(Decided {
+            run_id: run_id.to_string(),
+            events,
+            effects: kept,
+            side,
+            wake_at,
+            state,
+            pending: outcomes,
+        })
+    }
+
+    async fn child_definition(
+        &self,
+        reference: &str,
+        given: &serde_json::Map<String, Value>,
+    ) -> Result<(Arc<Workflow>, String, serde_json::Map<String, Value>), String> {
+        let (definition, version) = self
+            .definitions
+            .resolve(&self.store, reference)
+            .await
+            .map_err(|e| format!("sub-workflow `{reference}`: {e}"))?;
+        let inputs = inputs::resolve(&definition.inputs, given.clone(), Given::Json).map_err(
+            |problems| {
+                let list: Vec<String> = problems.into_iter().map(|p| p.message).collect();
+                format!("sub-workflow `{reference}`: {}", list.join("; "))
+            },
+        )?;
+        Ok((definition, version, inputs))
+    }
+}
+
+/// Decide what the run's effects start in the log: its agent steps' tasks, its child
+/// runs, and the wake-ups of parents and children. Pure: the events come from the task
+/// and run aggregates' `decide`.
+fn side_writes(
+    run: &Run,
+    effects: &[Effect],
+    children: &[ChildStart],
+    now: DateTime<Utc>,
+) -> Result<SideWrites, ExecError> {
+    let actor = Metadata::actor("awl");
+    let mut side = SideWrites::default();
+    for effect in effects {
+        match effect {
+            Effect::QueueTask { .. } => {
+                if let Some(request) = queue_task(run, effect, now, &actor)? {
+                    side.appends.push(request);
+                }
+            }
+            Effect::WakeParent(parent) => side.wake.push(parent.run_id.to_string()),
+            _ => {}
+        }
+    }
+    for child in children {
+        let parent = ParentRef {
+            run_id: run.id().unwrap_or_default(),
+            step_id: child.step_id.clone(),
+        };
+        let command = engine::start_command(
+            &child.definition,
+            &child.version,
+            child.run_id,
+            child.inputs.clone(),
+            Some(parent),
+            now,
+        )
+        .map_err(|e| ExecError::Refused(e.to_string()))?;
+        let events = Run::default()
+            .decide(command)
+            .map_err(|e| ExecError::Refused(e.to_string()))?;
+        let stream = StreamRef::new(StreamType::Run, child.run_id.to_string());
+        side.appends
+            .push(domain_io::append_request(&stream, 0, &events, &actor)?);
+        side.wake.push(child.run_id.to_string());
+        side.children.push(child.run_id.to_string());
+    }
+    Ok(side)
+}
+
+/// The `task.queued` request of an agent step's task.
+fn queue_task(
+    run: &Run,
+    effect: &Effect,
+    now: DateTime<Utc>,
+    actor: &Metadata,
+) -> Result<Option<AppendRequest>, ExecError> {
+    let Effect::QueueTask {
+        task_id,
+        step_id,
+        attempt,
+        prompt,
+        capabilities,
+        repository,
+        branch,
+        agent_hint,
+        priority,
+        review_required,
+    } = effect
+    else {
+        return Ok(None);
+    };
+    let command = TaskCommand::Queue {
+        task_id: *task_id,
+        prompt: prompt.clone(),
+        required_capabilities: Capabilities::new(capabilities.iter().cloned()),
+        workspace: repository.clone().map(|repository| Workspace {
+            repository,
+            branch: branch.clone(),
+        }),
+        agent_hint: agent_hint
+            .as_deref()
+            .and_then(|a| AgentId::try_from(a).ok()),
+        priority: *priority,
+        review_required: *review_required,
+        run_step: Some(RunStepRef {
+            run_id: run.id().unwrap_or_default(),
+            step_id: step_id.clone(),
+            attempt: *attempt,
+        }),
+        at: now,
+    };
+    let events = Task::default()
+        .decide(command)
+        .map_err(|e| ExecError::Refused(e.to_string()))?;
+    let stream = StreamRef::new(StreamType::Task, task_id.to_string());
+    Ok(Some(domain_io::append_request(&stream, 0, &events, actor)?))
+}
