@@ -1,21 +1,31 @@
 //! awl: an event-sourced orchestration service for AI-agent workflows.
 //!
-//! The crate is organised around one append-only log:
+//! The crate is organised around one append-only log, in layers (each may use only
+//! the ones above it; `ARCHITECTURE.md` has the exact table, which a test enforces):
 //!
-//! - [`log`]: the log's vocabulary (stream types, new and recorded events, metadata,
-//!   upcasters). No I/O.
-//! - [`domain`]: the four aggregates (workflow, run, task, agent) as pure
-//!   `decide` / `apply` functions driven by cqrs-es. No I/O, no clock.
-//! - [`expr`]: the expression language of workflow files: CEL conditions, templates. Pure.
-//! - [`runners`]: one attempt of one step (shell, http, database, notify, built-in
-//!   tools): the I/O edge of the executor, with timeouts, caps and circuit breakers.
-//! - [`board`]: the agent board service every interface calls.
-//! - [`server`] and [`mcp`]: the HTTP API and the MCP endpoint over the board.
-//! - [`store`]: the event store over Postgres or embedded SQLite: appends with
-//!   optimistic concurrency and group commit, reads, gap-free tails, transactions.
+//! - vocabulary, pure: [`log`] (stream types, new and recorded events, metadata,
+//!   upcasters), [`clock`] (where services read the time), [`error`] (every error's
+//!   kind and stable code), [`page`] (the one cursor format of listings);
+//! - the language, pure: [`workflow`] (YAML files, their JSON Schema, every problem
+//!   with file, line and column) and [`expr`] (CEL conditions, templates);
+//! - the rules, pure: [`domain`] (the workflow, run, task and agent aggregates as
+//!   `decide` / `apply`, driven by cqrs-es; no I/O, no clock) and [`engine`] (what a
+//!   run does next: `tick`);
+//! - storage: [`store`] (the event log on Postgres or embedded SQLite: appends with
+//!   optimistic concurrency and group commit, reads, gap-free tails, transactions,
+//!   wake-ups, and the one load / decide / append helper, `store::command`);
+//!   [`definitions`] (workflow files registered in the log); [`auth`] (tokens and
+//!   roles); [`projections`] (read models and every query of them);
+//! - services, which every interface calls: [`board`] (agents pull tasks), [`runs`]
+//!   (start, read, decide gates, cancel, replay);
+//! - carrying runs out: [`executor`] (stateless workers: claim, decide, commit,
+//!   perform) and [`runners`] (one attempt of a step: shell, http, database, notify,
+//!   built-in tools);
+//! - interfaces: [`server`] (`awl serve`: REST, MCP, live streams, the dashboard) and
+//!   [`cli`] (the `awl` command).
 //!
-//! See `ARCHITECTURE.md` at the root of the repository for the code map and the
-//! invariants that hold across modules.
+//! See `ARCHITECTURE.md` at the root of the repository for the code map, who may use
+//! whom, the invariants that hold across modules and the main decisions.
 
 #![forbid(unsafe_code)]
 

@@ -2,7 +2,7 @@
 //!
 //! [`Board`] is the one service behind every interface (REST, MCP, the CLI): it turns
 //! each call into a decision of the task or agent aggregate, appended with the stream
-//! version it was made on, and keeps an in-memory [`view::BoardView`] of every task and
+//! version it was made on, and keeps an in-memory view (`view.rs`) of every task and
 //! agent, fed by its own appends and by the log's tail (so tasks queued by workflow
 //! workers or other servers are seen too).
 //!
@@ -261,7 +261,7 @@ impl Board {
     }
 
     /// Note that `agent` called in (any call counts). The shared presence table is
-    /// written at most every [`PRESENCE_EVERY`] per agent, in the background.
+    /// written at most every `PRESENCE_EVERY` per agent, in the background.
     pub fn touch(&self, agent: &AgentId) {
         let now = self.now();
         let write = {

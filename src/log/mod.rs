@@ -1,7 +1,8 @@
 //! The log's vocabulary: what an event is before and after it is stored.
 //!
-//! These types are shared by both stores, the cqrs-es repository, the CLI and (later)
-//! the projections. They carry no behaviour beyond validation and (de)serialisation.
+//! These types are shared by both stores, the cqrs-es repository, the executor, the
+//! projections, the board and the interfaces. They carry no behaviour beyond
+//! validation and (de)serialisation.
 
 mod event;
 mod upcast;

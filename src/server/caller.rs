@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 
 use crate::auth::{Principal, Role};
 use crate::board::{Caller, TaskQuery};
-use crate::domain::ids::{AgentId, IdempotencyKey, RunId};
+use crate::domain::ids::{AgentId, GateId, IdError, IdempotencyKey, RunId, TaskId};
 use crate::domain::task::TaskStatus;
 use crate::page::Cursor;
 
@@ -37,6 +37,24 @@ pub fn acting_agent(who: &Principal, given: Option<&str>) -> Api<AgentId> {
     let given = given
         .ok_or_else(|| ApiError::invalid("agent_id is required (the token is not an agent's)"))?;
     AgentId::try_from(given).map_err(|e| ApiError::invalid(e.to_string()))
+}
+
+/// A run id as a caller named it: one that cannot be a run names none (404).
+pub fn run_id(raw: &str) -> Api<RunId> {
+    raw.parse()
+        .map_err(|e: IdError| ApiError::not_found("run_not_found", e.to_string()))
+}
+
+/// A gate id as a caller named it.
+pub fn gate_id(raw: &str) -> Api<GateId> {
+    raw.parse()
+        .map_err(|e: IdError| ApiError::not_found("gate_not_found", e.to_string()))
+}
+
+/// A task id as a caller named it.
+pub fn task_id(raw: &str) -> Api<TaskId> {
+    raw.parse()
+        .map_err(|e: IdError| ApiError::not_found("task_not_found", e.to_string()))
 }
 
 /// Who a person's call is recorded as.

@@ -56,6 +56,8 @@ pub struct AppState {
     pub board: Board,
     pub runs: Runs,
     pub auth_on: bool,
+    /// The OpenAPI document of the route table.
+    pub openapi: Arc<serde_json::Value>,
 }
 
 /// How the server runs.
@@ -168,6 +170,7 @@ pub async fn start(
         board: board.clone(),
         runs: Runs::new(store.clone(), clock.clone()),
         auth_on,
+        openapi: Arc::new(openapi::document(&routes())),
     };
     let mcp_stop = CancellationToken::new();
     let app = router(state, mode, &config, mcp_stop.clone());

@@ -9,17 +9,17 @@ use serde_json::{Map, Value, json};
 use crate::auth::Permission;
 
 use super::error::ErrorBody;
-use super::routes::{RouteSpec, routes};
+use super::routes::RouteSpec;
 
-/// The OpenAPI 3.0 document (schemars' openapi3 settings) of [`routes`].
-pub fn openapi() -> Value {
+/// The OpenAPI 3.0 document (schemars' openapi3 settings) of `routes`.
+pub fn document(routes: &[RouteSpec]) -> Value {
     let mut generator = SchemaSettings::openapi3().into_generator();
     let mut paths: Map<String, Value> = Map::new();
-    for route in routes() {
+    for route in routes {
         let mut op = Map::new();
         op.insert("summary".into(), json!(route.summary));
         op.insert("tags".into(), json!([route.tag]));
-        op.insert("operationId".into(), json!(operation_id(&route)));
+        op.insert("operationId".into(), json!(operation_id(route)));
         let mut params: Vec<Value> = path_params(route.path)
             .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
             .collect();
@@ -50,7 +50,7 @@ pub fn openapi() -> Value {
         };
         responses.insert(route.success.to_string(), ok);
         let error = generator.subschema_for::<ErrorBody>();
-        for (code, what) in error_statuses(&route) {
+        for (code, what) in error_statuses(route) {
             responses.insert(
                 code.to_string(),
                 json!({"description": what, "content": {"application/json": {"schema": error}}}),
@@ -138,6 +138,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::server::routes::routes;
 
     fn refs(value: &Value, out: &mut BTreeSet<String>) {
         match value {
@@ -154,8 +155,8 @@ mod tests {
 
     #[test]
     fn the_document_lists_every_route_and_every_reference_resolves() {
-        let doc = openapi();
         let routes = routes();
+        let doc = document(&routes);
         for route in &routes {
             let op = &doc["paths"][route.path][route.method.as_str().to_lowercase()];
             assert!(op.is_object(), "{} {} is missing", route.method, route.path);
@@ -179,7 +180,7 @@ mod tests {
 
     #[test]
     fn requests_refuse_unknown_fields_in_the_schema_too() {
-        let doc = openapi();
+        let doc = document(&routes());
         let send = &doc["components"]["schemas"]["SendTaskRequest"];
         assert_eq!(send["additionalProperties"], false);
         assert_eq!(send["required"], json!(["prompt"]));

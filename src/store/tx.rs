@@ -1,7 +1,7 @@
 //! Transactions owned by the caller: events plus other rows, committed together.
 //!
-//! The executor will write wake-up rows in the same transaction as the events that
-//! cause them. A [`StoreTx`] gives access to the raw connection for those rows and
+//! The executor writes wake-up rows in the same transaction as the events that cause
+//! them, and so does every command that wakes a run (`store::command`). A [`StoreTx`] gives access to the raw connection for those rows and
 //! appends events with [`StoreTx::append`], which takes the log's write lock: append
 //! last, just before commit, because the lock holds every other writer until then.
 //! Appends here are all-or-nothing: one conflict refuses the whole call.

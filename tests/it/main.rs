@@ -12,6 +12,7 @@
 //! URL; each test creates and drops its own database), defaulting to
 //! `postgres://postgres@127.0.0.1:5432/postgres`. `scripts/test` provides one.
 
+mod architecture;
 mod board;
 mod board_cli;
 mod conformance;

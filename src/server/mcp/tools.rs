@@ -14,10 +14,11 @@ use crate::board::views::{AgentView, TaskPage, TaskView};
 use crate::board::{BoardError, Caller, NewTask};
 use crate::domain::ids::{QuestionId, TaskId};
 use crate::domain::workspace::{Capabilities, Workspace};
-use crate::runs::StartRun;
-use crate::server::caller::{acting_agent, caller, idempotency_key, task_query, wait_timeout};
+use crate::runs::{GateDecision, StartRun};
+use crate::server::caller::{
+    acting_agent, caller, gate_id, idempotency_key, run_id, task_query, wait_timeout,
+};
 use crate::server::error::ApiError;
-use crate::server::rest::runs::{decide, run_id};
 use crate::server::wire::*;
 
 use super::params::*;
@@ -342,8 +343,13 @@ impl AwlMcp {
     ) -> Result<Json<RunView>, ToolError> {
         let who = require(&ctx, Permission::Operate, "approve_gate")?;
         let approve = p.decision == GateVerdict::Approve;
-        let run = decide(&self.app, &who.name, &p.gate_id, approve, p.comment).await?;
-        Ok(Json(run))
+        let decision = GateDecision::new(approve, p.comment)?;
+        let (run, version) = self
+            .app
+            .runs
+            .decide_gate(gate_id(&p.gate_id)?, decision, &who.name)
+            .await?;
+        Ok(Json(RunView::of(&run, version)))
     }
 }
 

@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::server::AppState;
-use crate::server::openapi::openapi;
 
 /// `GET /health`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -25,6 +24,7 @@ pub async fn health(State(app): State<AppState>) -> Json<Health> {
     })
 }
 
-pub async fn openapi_doc() -> Json<Value> {
-    Json(openapi())
+/// The OpenAPI document, generated from the route table when the server started.
+pub async fn openapi_doc(State(app): State<AppState>) -> Json<Value> {
+    Json(app.openapi.as_ref().clone())
 }

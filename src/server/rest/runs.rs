@@ -6,11 +6,9 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 
-use crate::domain::ids::{GateId, IdError, RunId};
 use crate::runs::GateDecision;
 use crate::server::AppState;
-use crate::server::caller::idempotency_header;
-use crate::server::error::ApiError;
+use crate::server::caller::{gate_id, idempotency_header, run_id};
 use crate::server::extract::Body;
 use crate::server::wire::{GateDecisionRequest, RunView, StartRunRequest, StartedRun};
 
@@ -30,17 +28,6 @@ pub async fn start(
     ))
 }
 
-/// A run id from a path: one that cannot be a run names none.
-pub fn run_id(raw: &str) -> Api<RunId> {
-    raw.parse()
-        .map_err(|e: IdError| ApiError::not_found("run_not_found", e.to_string()))
-}
-
-pub fn gate_id(raw: &str) -> Api<GateId> {
-    raw.parse()
-        .map_err(|e: IdError| ApiError::not_found("gate_not_found", e.to_string()))
-}
-
 pub async fn status(State(app): State<AppState>, Path(id): Path<String>) -> Api<Json<RunView>> {
     let (run, version) = app.runs.get(run_id(&id)?).await?;
     Ok(Json(RunView::of(&run, version)))
@@ -52,9 +39,7 @@ pub async fn approve_gate(
     Path(id): Path<String>,
     Body(req): Body<GateDecisionRequest>,
 ) -> Api<Json<RunView>> {
-    decide(&app, &who.name, &id, true, req.comment)
-        .await
-        .map(Json)
+    decide(&app, &who.name, &id, true, req.comment).await
 }
 
 pub async fn reject_gate(
@@ -63,20 +48,18 @@ pub async fn reject_gate(
     Path(id): Path<String>,
     Body(req): Body<GateDecisionRequest>,
 ) -> Api<Json<RunView>> {
-    decide(&app, &who.name, &id, false, req.comment)
-        .await
-        .map(Json)
+    decide(&app, &who.name, &id, false, req.comment).await
 }
 
-/// Decide a gate (REST and MCP alike); the answer is the run after the decision.
-pub async fn decide(
+/// Decide a gate; the answer is the run after the decision.
+async fn decide(
     app: &AppState,
     by: &str,
     gate: &str,
     approve: bool,
     comment: Option<String>,
-) -> Api<RunView> {
+) -> Api<Json<RunView>> {
     let decision = GateDecision::new(approve, comment)?;
     let (run, version) = app.runs.decide_gate(gate_id(gate)?, decision, by).await?;
-    Ok(RunView::of(&run, version))
+    Ok(Json(RunView::of(&run, version)))
 }

@@ -8,20 +8,14 @@ use axum::response::Response;
 use crate::auth::{Principal, Role};
 use crate::board::views::{HistoryEntry, TaskPage, TaskView};
 use crate::board::{Caller, NewTask};
-use crate::domain::ids::{QuestionId, TaskId};
+use crate::domain::ids::QuestionId;
 use crate::server::AppState;
-use crate::server::caller::{acting_agent, caller, idempotency_header, task_query};
+use crate::server::caller::{acting_agent, caller, idempotency_header, task_id, task_query};
 use crate::server::error::ApiError;
 use crate::server::extract::{Body, Params};
 use crate::server::wire::*;
 
 use super::{Api, Who, created_or_found};
-
-fn task_id(raw: &str) -> Api<TaskId> {
-    raw.parse().map_err(|e: crate::domain::ids::IdError| {
-        ApiError::not_found("task_not_found", e.to_string())
-    })
-}
 
 /// An agent may read only the tasks it holds (or held last).
 fn readable(who: &Principal, task: &TaskView) -> Api<()> {
