@@ -10,19 +10,20 @@ use std::time::Duration;
 use awl::auth::{Permission, Role, create_token};
 use awl::board::NewTask;
 use awl::board::{Board, BoardConfig, Caller};
-use awl::clock::{Clock, system_clock};
+use awl::clock::{ManualClock, system_clock};
 use awl::domain::ids::AgentId;
 use awl::domain::task::RequeueReason;
 use awl::domain::workspace::Capabilities;
 use awl::executor::WorkerConfig;
 use awl::log::{EventFilter, StreamType};
 use awl::runners::{Runners, RunnersConfig};
-use awl::server::{self, ServeConfig, Server};
+use awl::server::{self, ServeConfig};
 use awl::store::EventStore;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use crate::support::server::{Api, config, serve_with, tokens};
 use crate::support::{Backend, TestStore, on_both_stores, within};
 
 on_both_stores!(worker_threads = 4;
@@ -37,100 +38,6 @@ on_both_stores!(worker_threads = 4;
 );
 
 // ---------------------------------------------------------------- fixtures
-
-struct Api {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    fn new(server: &Server) -> Self {
-        Self {
-            base: format!("http://{}", server.addr),
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn call(
-        &self,
-        token: Option<&str>,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.expect("the server answers");
-        let status = response.status();
-        if status.is_success() && path.contains("/stream") {
-            // An event stream never ends: its status is the answer.
-            return (status, Value::Null);
-        }
-        let text = response.text().await.expect("a body");
-        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        (status, value)
-    }
-
-    async fn ok(&self, token: &str, method: Method, path: &str, body: Value) -> Value {
-        let (status, value) = self
-            .call(Some(token), method.clone(), path, Some(body))
-            .await;
-        assert!(
-            status.is_success(),
-            "{method} {path} answered {status}: {value}"
-        );
-        value
-    }
-}
-
-struct Tokens {
-    admin: String,
-    operator: String,
-    viewer: String,
-    agents: BTreeMap<String, String>,
-}
-
-async fn tokens(store: &EventStore, agents: &[&str]) -> Tokens {
-    let now = Utc::now();
-    let make = |name: String, role| async move {
-        create_token(store, &name, role, "test", now)
-            .await
-            .expect("token")
-            .1
-    };
-    let mut by_agent = BTreeMap::new();
-    for a in agents {
-        by_agent.insert(a.to_string(), make(a.to_string(), Role::Agent).await);
-    }
-    Tokens {
-        admin: make("root".into(), Role::Admin).await,
-        operator: make("ops".into(), Role::Operator).await,
-        viewer: make("watcher".into(), Role::Viewer).await,
-        agents: by_agent,
-    }
-}
-
-fn config() -> ServeConfig {
-    let mut config = ServeConfig::new("127.0.0.1:0".parse().unwrap());
-    config.sweep_every = Duration::from_millis(200);
-    config
-}
-
-async fn serve(store: &EventStore, config: ServeConfig) -> Server {
-    server::start(
-        store.clone(),
-        config,
-        Runners::new(RunnersConfig::default()),
-        system_clock(),
-    )
-    .await
-    .expect("the server starts")
-}
 
 async fn task_events(store: &EventStore, event_type: &str) -> Vec<awl::log::RecordedEvent> {
     let filter = EventFilter {
@@ -147,8 +54,8 @@ async fn task_events(store: &EventStore, event_type: &str) -> Vec<awl::log::Reco
 async fn the_whole_lifecycle_over_rest(backend: Backend) {
     let t = TestStore::new(backend).await;
     let tk = tokens(&t.store, &["coder-1", "coder-2"]).await;
-    let server = serve(&t.store, config()).await;
-    let api = Api::new(&server);
+    let server = serve_with(&t.store, config(), system_clock()).await;
+    let api = Api::of(&server);
     let (c1, c2) = (&tk.agents["coder-1"], &tk.agents["coder-2"]);
 
     for (token, name) in [(c1, "coder-1"), (c2, "coder-2")] {
@@ -373,8 +280,8 @@ async fn the_whole_lifecycle_over_rest(backend: Backend) {
 async fn a_waiting_agent_gets_a_task_the_moment_it_is_sent(backend: Backend) {
     let t = TestStore::new(backend).await;
     let tk = tokens(&t.store, &["a"]).await;
-    let server = serve(&t.store, config()).await;
-    let api = Arc::new(Api::new(&server));
+    let server = serve_with(&t.store, config(), system_clock()).await;
+    let api = Arc::new(Api::of(&server));
     let agent = tk.agents["a"].clone();
     api.ok(
         &agent,
@@ -457,8 +364,8 @@ async fn twenty_agents_and_500_tasks_each_task_assigned_once_to_a_capable_agent(
         .collect();
     let names: Vec<&str> = agent_caps.keys().map(String::as_str).collect();
     let tk = tokens(&t.store, &names).await;
-    let server = serve(&t.store, config()).await;
-    let api = Arc::new(Api::new(&server));
+    let server = serve_with(&t.store, config(), system_clock()).await;
+    let api = Arc::new(Api::of(&server));
     for (name, set) in &agent_caps {
         api.ok(
             &tk.agents[name],
@@ -592,22 +499,18 @@ async fn twenty_agents_and_500_tasks_each_task_assigned_once_to_a_capable_agent(
 
 // ---------------------------------------------------------------- 4. requeues on a clock
 
-fn manual_clock(start: DateTime<Utc>) -> (Clock, Arc<Mutex<DateTime<Utc>>>) {
-    let now = Arc::new(Mutex::new(start));
-    let read = now.clone();
-    (Arc::new(move || *read.lock().unwrap()), now)
-}
-
 async fn unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock(backend: Backend) {
     let t = TestStore::new(backend).await;
     let start = Utc::now();
-    let (clock, now) = manual_clock(start);
+    let now = ManualClock::new(start);
     let config = BoardConfig {
         ack_timeout: chrono::Duration::seconds(30),
         lost_after: chrono::Duration::minutes(5),
         ..BoardConfig::default()
     };
-    let board = Board::open(t.store.clone(), clock, config).await.unwrap();
+    let board = Board::open(t.store.clone(), now.clock(), config)
+        .await
+        .unwrap();
     let ops = Caller::User("ops".into());
     let (a, b) = (
         AgentId::try_from("a").unwrap(),
@@ -645,7 +548,7 @@ async fn unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock(backend:
     assert_eq!(got.status, "PENDING_ACK");
 
     // Not yet due: nothing moves.
-    *now.lock().unwrap() = start + chrono::Duration::seconds(29);
+    now.set(start + chrono::Duration::seconds(29));
     assert!(
         board
             .sweep(start + chrono::Duration::seconds(29))
@@ -655,7 +558,7 @@ async fn unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock(backend:
     );
     // The ack deadline passes: back to the queue, and b gets it.
     let later = start + chrono::Duration::seconds(31);
-    *now.lock().unwrap() = later;
+    now.set(later);
     assert_eq!(
         board.sweep(later).await.unwrap(),
         vec![(id, RequeueReason::AckTimeout)]
@@ -673,13 +576,13 @@ async fn unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock(backend:
 
     // b goes silent for longer than lost_after: the task is requeued for someone else.
     let silent = later + chrono::Duration::minutes(4);
-    *now.lock().unwrap() = silent;
+    now.set(silent);
     assert!(
         board.sweep(silent).await.unwrap().is_empty(),
         "4 minutes of silence is within lost_after"
     );
     let gone = later + chrono::Duration::minutes(6);
-    *now.lock().unwrap() = gone;
+    now.set(gone);
     assert_eq!(
         board.sweep(gone).await.unwrap(),
         vec![(id, RequeueReason::AgentLost)]
@@ -701,12 +604,13 @@ async fn unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock(backend:
     // Two servers: a calls in on the other one only. This server has not seen a for
     // longer than lost_after, but the shared presence table has, so the task stays.
     board.ack(id, &a).await.unwrap();
-    let (other_clock, other_now) = manual_clock(gone);
+    let other_now = ManualClock::new(gone);
+    let other_clock = other_now.clock();
     let other = Board::open(t.store.clone(), other_clock, BoardConfig::default())
         .await
         .unwrap();
     let called = gone + chrono::Duration::minutes(4);
-    *other_now.lock().unwrap() = called;
+    other_now.set(called);
     other.touch(&a);
     crate::support::wait_for(10, "the presence row", async || {
         let seen = t.store.presence(&["a".to_string()]).await.unwrap();
@@ -715,13 +619,13 @@ async fn unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock(backend:
     })
     .await;
     let check = gone + chrono::Duration::minutes(6);
-    *now.lock().unwrap() = check;
+    now.set(check);
     assert!(
         board.sweep(check).await.unwrap().is_empty(),
         "a called another server 2 minutes ago: not lost"
     );
     let much_later = called + chrono::Duration::minutes(6);
-    *now.lock().unwrap() = much_later;
+    now.set(much_later);
     assert_eq!(
         board.sweep(much_later).await.unwrap(),
         vec![(id, RequeueReason::AgentLost)]
@@ -733,8 +637,8 @@ async fn unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock(backend:
 async fn illegal_transitions_are_409_and_append_nothing(backend: Backend) {
     let t = TestStore::new(backend).await;
     let tk = tokens(&t.store, &["a", "b"]).await;
-    let server = serve(&t.store, config()).await;
-    let api = Api::new(&server);
+    let server = serve_with(&t.store, config(), system_clock()).await;
+    let api = Api::of(&server);
     for name in ["a", "b"] {
         api.ok(&tk.agents[name], Method::POST, "/api/v1/agents", json!({}))
             .await;
@@ -891,8 +795,8 @@ async fn every_route_against_every_role(backend: Backend) {
     let spare = create_token(&t.store, "spare", Role::Viewer, "test", Utc::now())
         .await
         .unwrap();
-    let server = serve(&t.store, config()).await;
-    let api = Api::new(&server);
+    let server = serve_with(&t.store, config(), system_clock()).await;
+    let api = Api::of(&server);
     api.ok(&tk.agents["a"], Method::POST, "/api/v1/agents", json!({}))
         .await;
     let task = api
@@ -1002,8 +906,8 @@ async fn bad_bodies_are_answered_4xx(backend: Backend) {
     let tk = tokens(&t.store, &[]).await;
     let mut config = config();
     config.body_limit = 4 * 1024;
-    let server = serve(&t.store, config).await;
-    let api = Api::new(&server);
+    let server = serve_with(&t.store, config, system_clock()).await;
+    let api = Api::of(&server);
     let head = t.store.head().await.unwrap();
     let raw = |body: &'static str| {
         let http = api.http.clone();
@@ -1191,8 +1095,8 @@ async fn a_workflow_agent_step_is_done_by_an_agent_over_http(backend: Backend) {
     let tk = tokens(&t.store, &["coder"]).await;
     let mut config = config();
     config.worker = Some(WorkerConfig::new("serve-test"));
-    let server = serve(&t.store, config).await;
-    let api = Api::new(&server);
+    let server = serve_with(&t.store, config, system_clock()).await;
+    let api = Api::of(&server);
     let coder = &tk.agents["coder"];
     api.ok(
         coder,

@@ -10,18 +10,12 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::cli::Awl;
-use crate::support::{Backend, TestStore, on_both_stores, wait_for, within};
+use crate::support::server::{Api, free_port};
+use crate::support::{Backend, TestStore, on_both_stores, within};
 
 on_both_stores!(worker_threads = 2;
     board_commands_work_on_the_store_and_through_a_server,
 );
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 fn json_of(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
@@ -111,29 +105,9 @@ async fn board_commands_work_on_the_store_and_through_a_server(backend: Backend)
         .stderr(Stdio::piped())
         .spawn()
         .expect("start awl serve");
-    let http = reqwest::Client::new();
-    wait_for(30, "the server to answer", async || {
-        http.get(format!("{url}/health"))
-            .send()
-            .await
-            .ok()
-            .filter(|r| r.status().is_success())
-    })
-    .await;
-    let call = |token: &str, path: &str, body: Value| {
-        let request = http
-            .post(format!("{url}{path}"))
-            .bearer_auth(token)
-            .json(&body);
-        let path = path.to_string();
-        async move {
-            let r = request.send().await.expect("answer");
-            let status = r.status();
-            let value: Value = r.json().await.expect("json");
-            assert!(status.is_success(), "{path}: {status} {value}");
-            value
-        }
-    };
+    let api = Api::at(url.clone());
+    api.wait_healthy(30).await;
+    let http = api.http.clone();
     let remote = |args: &[&str]| {
         let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         all.extend([
@@ -157,29 +131,32 @@ async fn board_commands_work_on_the_store_and_through_a_server(backend: Backend)
         .as_str()
         .unwrap()
         .to_string();
-    call(
+    api.ok_post(
         &agent,
         "/api/v1/agents",
         json!({"capabilities": ["rust", "docs"]}),
     )
     .await;
     // The hinted, higher-priority docs task comes first, then the build.
-    let got = call(
-        &agent,
-        "/api/v1/agents/coder/wait",
-        json!({"timeout_seconds": 5}),
-    )
-    .await;
+    let got = api
+        .ok_post(
+            &agent,
+            "/api/v1/agents/coder/wait",
+            json!({"timeout_seconds": 5}),
+        )
+        .await;
     assert_eq!(got["task"]["task_id"], first.as_str());
-    let got = call(
-        &agent,
-        "/api/v1/agents/coder/wait",
-        json!({"timeout_seconds": 5}),
-    )
-    .await;
+    let got = api
+        .ok_post(
+            &agent,
+            "/api/v1/agents/coder/wait",
+            json!({"timeout_seconds": 5}),
+        )
+        .await;
     assert_eq!(got["task"]["task_id"], second.as_str());
-    call(&agent, &format!("/api/v1/tasks/{second}/ack"), json!({})).await;
-    call(
+    api.ok_post(&agent, &format!("/api/v1/tasks/{second}/ack"), json!({}))
+        .await;
+    api.ok_post(
         &agent,
         &format!("/api/v1/tasks/{second}/questions"),
         json!({"question": "which target?"}),
@@ -190,7 +167,7 @@ async fn board_commands_work_on_the_store_and_through_a_server(backend: Backend)
         .ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
         .await;
     assert!(out.contains("IN_PROGRESS"), "{out}");
-    call(
+    api.ok_post(
         &agent,
         &format!("/api/v1/tasks/{second}/submit"),
         json!({"summary": "fixed"}),
@@ -229,7 +206,7 @@ async fn board_commands_work_on_the_store_and_through_a_server(backend: Backend)
 
     // A graceful stop with a long poll in flight: the poll ends with no task, the
     // process exits 0. (The build task is withdrawn first, so nothing is queued.)
-    call(
+    api.ok_post(
         &operator,
         &format!("/api/v1/tasks/{second}/cancel"),
         json!({"reason": "superseded"}),

@@ -10,7 +10,8 @@
 use std::process::Stdio;
 
 use crate::support::cli::Awl;
-use crate::support::{Backend, TestStore, on_both_stores, wait_for, within};
+use crate::support::server::{Api, free_port};
+use crate::support::{Backend, TestStore, on_both_stores, within};
 
 on_both_stores!(worker_threads = 2;
     the_dashboard_follows_a_run_and_approves_its_gate,
@@ -56,11 +57,7 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
     let token: serde_json::Value = serde_json::from_str(&created).unwrap();
     let token = token["token"].as_str().unwrap().to_string();
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let workflows = dir.path().to_string_lossy().to_string();
     let mut serve = awl
@@ -75,15 +72,7 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start awl serve");
-    let http = reqwest::Client::new();
-    wait_for(30, "the server", async || {
-        http.get(format!("{url}/health"))
-            .send()
-            .await
-            .ok()
-            .filter(|r| r.status().is_success())
-    })
-    .await;
+    Api::at(url.clone()).wait_healthy(30).await;
 
     let shots = format!("{root}/target/screenshots/{backend:?}").to_lowercase();
     std::fs::create_dir_all(&shots).unwrap();

@@ -6,18 +6,13 @@
 //! The Python SDK comes from the virtualenv `scripts/test` sets up; its interpreter is
 //! named by `AWL_TEST_PYTHON`. Without it the lifecycle test fails (it does not skip).
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use awl::auth::{Role, create_token};
-use awl::clock::system_clock;
-use awl::runners::{Runners, RunnersConfig};
-use awl::server::{ServeConfig, Server, start};
-use awl::store::EventStore;
-use chrono::Utc;
+use awl::auth::Role;
 use reqwest::header::{ACCEPT, HOST};
 use serde_json::{Value, json};
 
+use crate::support::server::{serve, token};
 use crate::support::{Backend, TestStore, on_both_stores, within};
 
 on_both_stores!(worker_threads = 2;
@@ -36,25 +31,6 @@ fn python() -> String {
              in AWL_TEST_PYTHON. Run the tests with scripts/test."
         )
     })
-}
-
-async fn serve(store: &EventStore) -> Server {
-    let config = ServeConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
-    start(
-        store.clone(),
-        config,
-        Runners::new(RunnersConfig::default()),
-        system_clock(),
-    )
-    .await
-    .expect("start the server")
-}
-
-async fn token(store: &EventStore, name: &str, role: Role) -> String {
-    create_token(store, name, role, "test", Utc::now())
-        .await
-        .expect("create a token")
-        .1
 }
 
 async fn lifecycle_through_the_python_sdk(backend: Backend) {

@@ -24,6 +24,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use crate::support::server::{self, Api};
 use crate::support::{Backend, TestStore, on_both_stores, wait_for};
 
 on_both_stores!(worker_threads = 4;
@@ -437,7 +438,6 @@ steps:
 /// waits in the inbox, is approved over the API, and its timeline, the runs list, the
 /// board, agents, analytics and the audit trail all show it.
 async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
-    use awl::server::{self, ServeConfig};
     let t = TestStore::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("gated.awl.yaml");
@@ -445,51 +445,46 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
     definitions::register_file(&t.store, &file, "test", Utc::now())
         .await
         .unwrap();
-    let mut config = ServeConfig::new("127.0.0.1:0".parse().unwrap());
+    let mut config = server::config();
     config.worker = Some(WorkerConfig::new("serve"));
-    let server = server::start(
-        t.store.clone(),
-        config,
-        Runners::new(RunnersConfig::default()),
-        system_clock(),
-    )
-    .await
-    .unwrap();
-    let base = format!("http://{}", server.addr);
-    let http = reqwest::Client::new();
-    let get = |path: &str| {
-        let request = http.get(format!("{base}{path}"));
-        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
-    };
-    let post = |path: &str, body: Value| {
-        let request = http.post(format!("{base}{path}")).json(&body);
-        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
-    };
-    let started = post("/api/v1/runs", json!({"workflow": "gated"})).await;
+    let server = server::serve_with(&t.store, config, system_clock()).await;
+    let api = Api::of(&server);
+    let started = api
+        .post(None, "/api/v1/runs", json!({"workflow": "gated"}))
+        .await;
     let run_id = started["run_id"].as_str().unwrap().to_string();
     let gate = wait_for(30, "the gate in the inbox", async || {
-        let inbox = get("/api/v1/views/inbox").await;
+        let inbox = api.fetch(None, "/api/v1/views/inbox").await;
         inbox
             .as_array()
             .and_then(|g| g.first())
             .map(|g| g["gate_id"].as_str().unwrap().to_string())
     })
     .await;
-    post(
+    api.post(
+        None,
         "/api/v1/agents",
         json!({"agent_id": "a", "capabilities": []}),
     )
     .await;
-    post("/api/v1/tasks", json!({"prompt": "look at the release"})).await;
-    post(&format!("/api/v1/gates/{gate}/approve"), json!({})).await;
+    api.post(
+        None,
+        "/api/v1/tasks",
+        json!({"prompt": "look at the release"}),
+    )
+    .await;
+    api.post(None, &format!("/api/v1/gates/{gate}/approve"), json!({}))
+        .await;
     let runs = wait_for(30, "the run to succeed in the runs view", async || {
-        let runs = get("/api/v1/views/runs").await;
+        let runs = api.fetch(None, "/api/v1/views/runs").await;
         (runs["rows"][0]["status"] == "SUCCEEDED").then_some(runs)
     })
     .await;
     assert_eq!(runs["rows"][0]["run_id"], run_id.as_str());
     assert!(runs["rows"][0]["duration_ms"].as_i64().unwrap() >= 0);
-    let timeline = get(&format!("/api/v1/views/runs/{run_id}/timeline")).await;
+    let timeline = api
+        .get(None, &format!("/api/v1/views/runs/{run_id}/timeline"))
+        .await;
     let steps: Vec<&str> = timeline["steps"]
         .as_array()
         .unwrap()
@@ -505,28 +500,38 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
             .unwrap()
             .contains("built")
     );
-    let inbox = get("/api/v1/views/inbox").await;
+    let inbox = api.get(None, "/api/v1/views/inbox").await;
     assert_eq!(
         inbox.as_array().unwrap().len(),
         0,
         "the approved gate left the inbox"
     );
     let board = wait_for(30, "the task on the board view", async || {
-        let board = get("/api/v1/views/board?status=QUEUED").await;
+        let board = api.fetch(None, "/api/v1/views/board?status=QUEUED").await;
         (board["rows"].as_array().unwrap().len() == 1).then_some(board)
     })
     .await;
     assert_eq!(board["rows"][0]["prompt"], "look at the release");
     let later = (Utc::now() + chrono::Duration::hours(1))
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let none = get(&format!("/api/v1/views/board?since={later}")).await;
+    let none = api
+        .get(None, &format!("/api/v1/views/board?since={later}"))
+        .await;
     assert_eq!(none["rows"].as_array().unwrap().len(), 0, "{none}");
-    let bad = get("/api/v1/views/board?since=yesterday").await;
+    let (status, bad) = api
+        .call(
+            None,
+            reqwest::Method::GET,
+            "/api/v1/views/board?since=yesterday",
+            None,
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
     assert_eq!(bad["error"]["code"], "invalid_request");
-    let agents = get("/api/v1/views/agents").await;
+    let agents = api.get(None, "/api/v1/views/agents").await;
     assert_eq!(agents[0]["agent_id"], "a");
     assert!(agents[0]["last_seen_at"].is_string(), "{agents}");
-    let stats = get("/api/v1/views/analytics/workflows").await;
+    let stats = api.get(None, "/api/v1/views/analytics/workflows").await;
     assert_eq!(
         (
             stats[0]["workflow"].as_str(),
@@ -536,11 +541,13 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
         (Some("gated"), Some(1), Some(1.0)),
         "{stats}"
     );
-    let steps = get("/api/v1/views/analytics/steps?workflow=gated").await;
+    let steps = api
+        .get(None, "/api/v1/views/analytics/steps?workflow=gated")
+        .await;
     assert_eq!(steps.as_array().unwrap().len(), 3, "{steps}");
-    let per_agent = get("/api/v1/views/analytics/agents").await;
+    let per_agent = api.get(None, "/api/v1/views/analytics/agents").await;
     assert!(per_agent.is_array(), "{per_agent}");
-    let steps_failed = get("/api/v1/views/analytics/steps").await;
+    let steps_failed = api.get(None, "/api/v1/views/analytics/steps").await;
     assert!(
         steps_failed
             .as_array()
@@ -549,10 +556,12 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
             .all(|s| s["attempts"] == 1 && s["failures"] == 0),
         "{steps_failed}"
     );
-    let audit = get("/api/v1/views/audit?actor=local&limit=2").await;
+    let audit = api
+        .get(None, "/api/v1/views/audit?actor=local&limit=2")
+        .await;
     assert_eq!(audit["rows"].as_array().unwrap().len(), 2);
     assert!(audit["next"].is_string());
-    let status = get("/api/v1/projections").await;
+    let status = api.get(None, "/api/v1/projections").await;
     assert_eq!(status.as_array().unwrap().len(), 4);
     server.shutdown().await.unwrap();
 }
@@ -596,24 +605,11 @@ async fn sse_messages(response: reqwest::Response, n: usize) -> Vec<(String, Str
 /// The log's event stream resumes after `Last-Event-ID`; a view's stream says what
 /// changed once the view shows it; both end when the server stops.
 async fn live_streams_resume_and_follow_the_views(backend: Backend) {
-    use awl::server::{self, ServeConfig};
     let t = TestStore::new(backend).await;
-    let server = server::start(
-        t.store.clone(),
-        ServeConfig::new("127.0.0.1:0".parse().unwrap()),
-        Runners::new(RunnersConfig::default()),
-        system_clock(),
-    )
-    .await
-    .unwrap();
+    let server = server::serve(&t.store).await;
     let base = format!("http://{}", server.addr);
     let http = reqwest::Client::new();
-    let send = |prompt: &str| {
-        let request = http
-            .post(format!("{base}/api/v1/tasks"))
-            .json(&json!({"prompt": prompt}));
-        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
-    };
+    let api = Api::of(&server);
     let log = http
         .get(format!("{base}/api/v1/events/stream?after=0"))
         .send()
@@ -625,8 +621,11 @@ async fn live_streams_resume_and_follow_the_views(backend: Backend) {
         .send()
         .await
         .unwrap();
-    let first = send("one").await;
-    send("two").await;
+    let first = api
+        .post(None, "/api/v1/tasks", json!({"prompt": "one"}))
+        .await;
+    api.post(None, "/api/v1/tasks", json!({"prompt": "two"}))
+        .await;
     let messages = sse_messages(log, 2).await;
     assert_eq!(messages[0].1, "task.queued");
     assert_eq!(messages[0].2["stream_id"], first["task_id"]);

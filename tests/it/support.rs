@@ -1,9 +1,11 @@
 //! Test fixtures: a store on a fresh database of either backend, bounded waits, and
-//! (in [`cli`]) the `awl` binary as a child process and (in [`events`]) readers of a
-//! run's events.
+//! (in [`cli`]) the `awl` binary as a child process, (in [`server`]) a server in this
+//! process with an API client and tokens, and (in [`events`]) readers of a run's
+//! events.
 
 pub mod cli;
 pub mod events;
+pub mod server;
 
 use std::time::Duration;
 
