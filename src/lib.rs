@@ -46,4 +46,5 @@ pub mod runners;
 pub mod runs;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod workflow;

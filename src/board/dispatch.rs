@@ -9,11 +9,13 @@
 //! decided on. Across processes the version decides: the loser's append conflicts and
 //! its agent looks again.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, Utc};
 use cqrs_es::Aggregate;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::domain::Decide;
@@ -21,6 +23,7 @@ use crate::domain::ids::{AgentId, IdempotencyKey, TaskId};
 use crate::domain::task::{Task, TaskCommand, TaskEvent};
 use crate::log::{AppendRequest, ExpectedVersion, Metadata};
 use crate::store::{StoreError, domain_io};
+use crate::telemetry;
 
 use super::matching::{AgentProfile, best_agent_for, best_task_for};
 use super::views::TaskView;
@@ -130,6 +133,10 @@ impl Board {
         match self.inner.store.append(append).await {
             Ok(_) => {
                 let view = self.observe(task_id, task, version);
+                if waiter.is_some() {
+                    // Reserved in the append that queued it.
+                    telemetry::task_dispatched(0.0);
+                }
                 if let Some(w) = waiter {
                     // A waiter that left meanwhile leaves the task PENDING_ACK: the ack
                     // timeout gives it back to the queue.
@@ -197,6 +204,28 @@ impl Board {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut closed = self.inner.closed.subscribe();
         self.touch(agent);
+        let span = tracing::info_span!(
+            "awl.task.wait",
+            otel.name = "wait_for_prompt",
+            awl.agent.id = %agent,
+            awl.task.id = tracing::field::Empty,
+        );
+        let found = self
+            .wait_loop(agent, deadline, &mut closed)
+            .instrument(span.clone())
+            .await;
+        if let Ok(Some(task)) = &found {
+            span.record("awl.task.id", tracing::field::display(task.task_id));
+        }
+        found
+    }
+
+    async fn wait_loop(
+        &self,
+        agent: &AgentId,
+        deadline: tokio::time::Instant,
+        closed: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> Result<Option<TaskView>, BoardError> {
         loop {
             if *closed.borrow() {
                 return Ok(None);
@@ -297,13 +326,25 @@ impl Board {
     /// the task is no longer queued (another agent or server took it).
     async fn reserve(&self, task: TaskId, agent: &AgentId) -> Result<Option<TaskView>, BoardError> {
         let ack_timeout = self.inner.config.ack_timeout;
+        // When the task entered QUEUED (its last event), as decided on.
+        let queued_since = AtomicI64::new(i64::MIN);
         let result = self
-            .act(task, &Caller::Agent(agent.clone()), |t, now| {
+            .act(task, &Caller::Agent(agent.clone()), "reserve", |t, now| {
+                if let Some(since) = t.updated_at() {
+                    queued_since.store(since.timestamp_micros(), Ordering::Relaxed);
+                }
                 reservation(t, agent, now, ack_timeout)
             })
             .await;
         match result {
-            Ok(view) => Ok(Some(view)),
+            Ok(view) => {
+                let since = queued_since.load(Ordering::Relaxed);
+                if since != i64::MIN {
+                    let waited = self.now().timestamp_micros() - since;
+                    telemetry::task_dispatched(waited as f64 / 1e6);
+                }
+                Ok(Some(view))
+            }
             Err(BoardError::Task(_))
             | Err(BoardError::TaskNotFound(_))
             | Err(BoardError::Busy(_)) => Ok(None),

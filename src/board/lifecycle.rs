@@ -7,12 +7,14 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::domain::Decide;
 use crate::domain::agent::{Agent, AgentCommand};
 use crate::domain::ids::{AgentId, QuestionId, TaskId};
 use crate::domain::task::{CompletedBy, Task, TaskCommand, TaskEvent};
 use crate::domain::workspace::{Capabilities, Workspace};
+use crate::error::Classified;
 use crate::log::Metadata;
 use crate::store::command::Command;
 
@@ -59,7 +61,7 @@ impl Board {
     /// The agent confirms it has the task and starts working.
     pub async fn ack(&self, task: TaskId, agent: &AgentId) -> Result<TaskView, BoardError> {
         self.touch(agent);
-        self.command(task, &Caller::Agent(agent.clone()), |now| {
+        self.command(task, &Caller::Agent(agent.clone()), "ack", |now| {
             TaskCommand::Ack {
                 agent: agent.clone(),
                 at: now,
@@ -76,7 +78,7 @@ impl Board {
         percent: Option<u8>,
     ) -> Result<TaskView, BoardError> {
         self.touch(agent);
-        self.command(task, &Caller::Agent(agent.clone()), |now| {
+        self.command(task, &Caller::Agent(agent.clone()), "progress", |now| {
             TaskCommand::ReportProgress {
                 agent: agent.clone(),
                 message: message.clone(),
@@ -94,7 +96,7 @@ impl Board {
         call: ToolCall,
     ) -> Result<TaskView, BoardError> {
         self.touch(agent);
-        self.command(task, &Caller::Agent(agent.clone()), |now| {
+        self.command(task, &Caller::Agent(agent.clone()), "tool_call", |now| {
             TaskCommand::ReportToolCall {
                 agent: agent.clone(),
                 name: call.name.clone(),
@@ -116,7 +118,7 @@ impl Board {
     ) -> Result<TaskView, BoardError> {
         self.touch(agent);
         let question_id = QuestionId::new();
-        self.command(task, &Caller::Agent(agent.clone()), |now| {
+        self.command(task, &Caller::Agent(agent.clone()), "ask", |now| {
             TaskCommand::AskQuestion {
                 agent: agent.clone(),
                 question_id,
@@ -136,7 +138,7 @@ impl Board {
         by: &Caller,
     ) -> Result<TaskView, BoardError> {
         let by_name = by.actor();
-        self.act(task, by, |t, now| {
+        self.act(task, by, "answer", |t, now| {
             let question_id = question_id
                 .or_else(|| t.open_question().map(|q| q.question_id))
                 .unwrap_or_default();
@@ -159,7 +161,7 @@ impl Board {
         summary: String,
     ) -> Result<TaskView, BoardError> {
         self.touch(agent);
-        self.command(task, &Caller::Agent(agent.clone()), |now| {
+        self.command(task, &Caller::Agent(agent.clone()), "submit", |now| {
             TaskCommand::SubmitForReview {
                 agent: agent.clone(),
                 branch: branch.clone(),
@@ -173,7 +175,7 @@ impl Board {
 
     pub async fn approve(&self, task: TaskId, by: &Caller) -> Result<TaskView, BoardError> {
         let by_name = by.actor();
-        self.command(task, by, |now| TaskCommand::Approve {
+        self.command(task, by, "approve", |now| TaskCommand::Approve {
             by: by_name.clone(),
             at: now,
         })
@@ -188,10 +190,12 @@ impl Board {
         by: &Caller,
     ) -> Result<TaskView, BoardError> {
         let by_name = by.actor();
-        self.command(task, by, |now| TaskCommand::RequestChanges {
-            by: by_name.clone(),
-            feedback: feedback.clone(),
-            at: now,
+        self.command(task, by, "request_changes", |now| {
+            TaskCommand::RequestChanges {
+                by: by_name.clone(),
+                feedback: feedback.clone(),
+                at: now,
+            }
         })
         .await
     }
@@ -210,7 +214,7 @@ impl Board {
             }
             Caller::User(user) => CompletedBy::User(user.clone()),
         };
-        self.command(task, by, |now| TaskCommand::Complete {
+        self.command(task, by, "complete", |now| TaskCommand::Complete {
             by: completed_by.clone(),
             result: result.clone(),
             at: now,
@@ -234,7 +238,7 @@ impl Board {
             }
             Caller::User(_) => None,
         };
-        self.act(task, by, |t, now| {
+        self.act(task, by, "fail", |t, now| {
             if let Some(agent) = &agent
                 && t.assignee() != Some(agent)
             {
@@ -259,7 +263,7 @@ impl Board {
         by: &Caller,
     ) -> Result<TaskView, BoardError> {
         let by_name = by.actor();
-        self.command(task, by, |now| TaskCommand::Cancel {
+        self.command(task, by, "cancel", |now| TaskCommand::Cancel {
             by: by_name.clone(),
             reason: reason.clone(),
             at: now,
@@ -268,16 +272,53 @@ impl Board {
     }
 
     /// One command, decided on the task's state at `now`.
-    async fn command<F>(&self, task: TaskId, by: &Caller, make: F) -> Result<TaskView, BoardError>
+    async fn command<F>(
+        &self,
+        task: TaskId,
+        by: &Caller,
+        op: &'static str,
+        make: F,
+    ) -> Result<TaskView, BoardError>
     where
         F: Fn(DateTime<Utc>) -> TaskCommand,
     {
-        self.act(task, by, |t, now| Ok(t.decide(make(now))?)).await
+        self.act(task, by, op, |t, now| Ok(t.decide(make(now))?))
+            .await
     }
 
     /// Decide on the task's state (the view's, or the store's if the view refuses),
     /// append with that version, and wake the run waiting for the task when it ends.
     pub(super) async fn act<F>(
+        &self,
+        id: TaskId,
+        by: &Caller,
+        op: &'static str,
+        decide: F,
+    ) -> Result<TaskView, BoardError>
+    where
+        F: Fn(&Task, DateTime<Utc>) -> Result<Vec<TaskEvent>, BoardError>,
+    {
+        let span = tracing::info_span!(
+            "awl.task",
+            otel.name = %format!("task {op}"),
+            awl.task.id = %id,
+            awl.task.operation = op,
+            enduser.id = %by.actor(),
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let result = self
+            .decide_and_append(id, by, decide)
+            .instrument(span.clone())
+            .await;
+        if let Err(e) = &result {
+            span.record("error.type", e.code());
+            span.record("otel.status_code", "ERROR");
+        }
+        result
+    }
+
+    async fn decide_and_append<F>(
         &self,
         id: TaskId,
         by: &Caller,

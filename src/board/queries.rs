@@ -48,6 +48,21 @@ impl Board {
         agents
     }
 
+    /// How many tasks are in each column, every status listed (zero included).
+    pub fn column_counts(&self) -> Vec<(TaskStatus, usize)> {
+        let st = self.state();
+        let mut counts: Vec<(TaskStatus, usize)> =
+            TaskStatus::ALL.iter().map(|s| (*s, 0)).collect();
+        for entry in st.view.tasks() {
+            if let Some(status) = entry.state.status()
+                && let Some(slot) = counts.iter_mut().find(|(s, _)| *s == status)
+            {
+                slot.1 += 1;
+            }
+        }
+        counts
+    }
+
     /// A task as this server knows it (from the store if the view has not seen it yet).
     pub async fn task(&self, id: TaskId) -> Result<TaskView, BoardError> {
         if let Some(view) = {

@@ -30,9 +30,9 @@ mod worker;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 
 use crate::store::{EventStore, StoreLocation, StoreOptions};
+use crate::telemetry;
 
 /// awl: event-sourced orchestration for AI-agent workflows.
 #[derive(Debug, Parser)]
@@ -99,8 +99,14 @@ pub async fn main() -> ExitCode {
     let cli = Cli::parse();
     // One TLS provider for every client (sqlx and reqwest both use rustls with ring).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    init_tracing();
-    match run(cli).await {
+    let telemetry = match telemetry::init(&common::owner("awl")) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!("awl: {e}; going on without traces");
+            None
+        }
+    };
+    let code = match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<Invalid>() => ExitCode::FAILURE,
         Err(e) => {
@@ -110,7 +116,12 @@ pub async fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    };
+    // Export the spans not sent yet (on a blocking thread: the exporter blocks).
+    if let Some(t) = telemetry {
+        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
     }
+    code
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -221,14 +232,6 @@ async fn open_for_work(location: &StoreLocation) -> anyhow::Result<EventStore> {
         ..StoreOptions::default()
     };
     Ok(EventStore::open(location, options).await?)
-}
-
-fn init_tracing() {
-    let filter = EnvFilter::try_from_env("AWL_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 /// A failure whose details were already printed (for example validation problems).

@@ -43,6 +43,12 @@ pub struct ServeArgs {
     /// Environment variables expressions may read (`env.NAME`); repeatable.
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
+    /// Also serve `/metrics` here, without a token (for a scrape network).
+    #[arg(long, env = "AWL_METRICS_BIND")]
+    metrics_bind: Option<SocketAddr>,
+    /// `/ready` fails when a projection is more than this many events behind the log.
+    #[arg(long, default_value_t = 10_000)]
+    ready_max_lag: i64,
 }
 
 pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
@@ -56,6 +62,8 @@ pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
     config.board.max_wait = Duration::from_secs(args.max_wait.max(1));
     config.board.default_wait = config.board.default_wait.min(config.board.max_wait);
     config.request_timeout = config.board.max_wait + Duration::from_secs(30);
+    config.metrics_bind = args.metrics_bind;
+    config.ready_max_lag = args.ready_max_lag.max(0);
     if !args.no_worker {
         let mut worker = WorkerConfig::new(owner("serve"));
         worker.env = allowed_env(&args.env_allow);

@@ -3,11 +3,13 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
 use tokio::sync::watch;
 
 use crate::clock::system_clock;
 use crate::executor::{Worker, WorkerConfig};
+use crate::server;
 use crate::store::EventStore;
 
 use super::common::{allowed_env, owner, runners, shutdown_signal};
@@ -23,6 +25,9 @@ pub struct WorkerArgs {
     /// Environment variables expressions may read (`env.NAME`); repeatable.
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
+    /// Serve this worker's `/metrics` here, without a token (for a scrape network).
+    #[arg(long, env = "AWL_METRICS_BIND")]
+    metrics_bind: Option<std::net::SocketAddr>,
 }
 
 pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
@@ -31,8 +36,15 @@ pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
     config.lease = Duration::from_secs(args.lease_seconds.max(1));
     config.env = allowed_env(&args.env_allow);
     eprintln!("awl worker {} on {}", config.owner, store.location());
-    let worker = Worker::new(store, runners(), config, system_clock());
+    server::warn_about_durability(&store).await;
     let (stop_tx, stop_rx) = watch::channel(false);
+    if let Some(addr) = args.metrics_bind {
+        let bound = server::sampler::serve_metrics(addr, store.clone(), stop_rx.clone())
+            .await
+            .with_context(|| format!("cannot serve /metrics on {addr}"))?;
+        eprintln!("awl worker: /metrics on http://{bound}/metrics");
+    }
+    let worker = Worker::new(store, runners(), config, system_clock());
     tokio::spawn(async move {
         shutdown_signal().await;
         eprintln!("stopping: finishing work in flight, then giving runs back");

@@ -8,10 +8,11 @@ use std::collections::{BTreeSet, HashMap};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 
-use crate::domain::run::Run;
+use crate::domain::run::{Run, RunEvent};
 use crate::engine::Effect;
-use crate::log::{Metadata, StreamRef, StreamType};
+use crate::log::{AppendRequest, Metadata, StreamRef, StreamType};
 use crate::store::{Release, StoreError, domain_io};
+use crate::telemetry;
 
 use super::ExecError;
 use super::decide::Decided;
@@ -27,7 +28,6 @@ impl Worker {
         done_tx: &mpsc::UnboundedSender<(String, Report)>,
         now: DateTime<Utc>,
     ) -> Result<(), ExecError> {
-        let actor = Metadata::actor("awl");
         let mut tx = self.store.begin().await?;
         // Runs' own events first, one request each.
         let mut requests = Vec::new();
@@ -40,6 +40,7 @@ impl Worker {
                 continue;
             };
             let stream = StreamRef::new(StreamType::Run, d.run_id.clone());
+            let actor = Metadata::actor("awl").with_trace(h.trace.clone());
             requests.push(domain_io::append_request(
                 &stream, h.version, &d.events, &actor,
             )?);
@@ -76,8 +77,12 @@ impl Worker {
         }
         // A task or child run that already exists was started by an earlier attempt
         // of this decision (a crash between commit and release): nothing to do.
-        for result in tx.append_each(&side).await? {
+        let mut children_started = Vec::new();
+        for (request, result) in side.iter().zip(tx.append_each(&side).await?) {
             match result {
+                Ok(_) if request.stream.kind == StreamType::Run => {
+                    children_started.push(started_workflow(request));
+                }
                 Ok(_) | Err(StoreError::Conflict { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -109,6 +114,15 @@ impl Worker {
         }
         tx.release_runs(&self.config.owner, &releases, now).await?;
         tx.commit().await?;
+        for workflow in children_started {
+            telemetry::run_started(&workflow);
+        }
+        for d in decided.iter().filter(|d| !conflicted.contains(&d.run_id)) {
+            if let Some(outcome) = d.events.iter().find_map(finished_as) {
+                let workflow = d.state.workflow().map(|w| w.as_str()).unwrap_or_default();
+                telemetry::run_finished(workflow, outcome);
+            }
+        }
 
         let released: BTreeSet<&str> = releases.iter().map(|r| r.run_id.as_str()).collect();
         for d in decided {
@@ -153,4 +167,25 @@ impl Worker {
             .await?;
         Ok(domain_io::fold::<Run>(&events)?)
     }
+}
+
+/// How a run ended, if `event` ends it (as the finished-runs metric names it).
+fn finished_as(event: &RunEvent) -> Option<&'static str> {
+    match event {
+        RunEvent::Completed { .. } => Some("succeeded"),
+        RunEvent::Failed { .. } => Some("failed"),
+        RunEvent::Cancelled { .. } => Some("cancelled"),
+        _ => None,
+    }
+}
+
+/// The workflow a run-start request starts (its first event names it).
+fn started_workflow(request: &AppendRequest) -> String {
+    request
+        .events
+        .first()
+        .and_then(|e| e.payload.get("workflow"))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }

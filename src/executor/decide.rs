@@ -111,6 +111,7 @@ impl Worker {
                             attempt,
                             key: &key,
                             timeout_ms: None,
+                            trace: h.trace.as_deref(),
                         };
                         let result = perform::perform(&self.runners, &call, work, None).await;
                         outcomes.push(StepOutcome {
@@ -159,7 +160,7 @@ impl Worker {
                 break;
             }
         }
-        let side = side_writes(&state, &kept, &children, now)?;
+        let side = side_writes(&state, &kept, &children, now, h.trace.clone())?;
         Ok(Decided {
             run_id: run_id.to_string(),
             events,
@@ -199,8 +200,10 @@ fn side_writes(
     effects: &[Effect],
     children: &[ChildStart],
     now: DateTime<Utc>,
+    trace: Option<String>,
 ) -> Result<SideWrites, ExecError> {
-    let actor = Metadata::actor("awl");
+    // Tasks and child runs join the run's trace.
+    let actor = Metadata::actor("awl").with_trace(trace);
     let mut side = SideWrites::default();
     for effect in effects {
         match effect {

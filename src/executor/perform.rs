@@ -1,14 +1,17 @@
 //! Carrying out one effect through the step runners, and turning the result into
-//! what the engine reads back.
+//! what the engine reads back. Each attempt is a span under its run's trace (whichever
+//! worker performs it) and a sample of the step-duration metric.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::domain::ids::RunId;
 use crate::engine::{Done, Failure, Work};
 use crate::runners::{Attempt, Runners, StepFailure, StepSuccess};
+use crate::telemetry;
 
 /// The tools whose result depends only on their inputs: a worker may run them at once
 /// and decide the next step in the same transaction (re-running one after a crash
@@ -24,10 +27,53 @@ pub(crate) struct Call<'a> {
     /// The idempotency key the work sees (the same for every attempt of a step).
     pub key: &'a str,
     pub timeout_ms: Option<u64>,
+    /// The run's trace (the `traceparent` of its first event).
+    pub trace: Option<&'a str>,
+}
+
+/// What kind of work this is, as spans and metrics name it.
+fn kind(work: &Work) -> &'static str {
+    match work {
+        Work::Shell(_) => "shell",
+        Work::Http(_) => "http",
+        Work::Database(_) => "database",
+        Work::Notify(_) => "notify",
+        Work::Builtin { .. } => "tool",
+    }
 }
 
 /// Perform `before` (a credentials hook), then `work`.
 pub(crate) async fn perform(
+    runners: &Runners,
+    call: &Call<'_>,
+    work: &Work,
+    before: Option<&Work>,
+) -> Result<Done, Failure> {
+    let kind = kind(work);
+    let span = tracing::info_span!(
+        "awl.step",
+        otel.name = %format!("step {}", call.step_id),
+        awl.run.id = %call.run_id,
+        awl.step.id = call.step_id,
+        awl.step.type = kind,
+        awl.step.attempt = call.attempt,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    telemetry::set_parent(&span, call.trace);
+    let started = Instant::now();
+    let result = attempt(runners, call, work, before)
+        .instrument(span.clone())
+        .await;
+    if let Err(f) = &result {
+        span.record("error.type", f.class.as_str());
+        span.record("otel.status_code", "ERROR");
+    }
+    telemetry::step_finished(kind, result.is_ok(), started.elapsed().as_secs_f64());
+    result
+}
+
+async fn attempt(
     runners: &Runners,
     call: &Call<'_>,
     work: &Work,

@@ -34,6 +34,7 @@ use crate::engine::{self, CompensationOutcome, Effect, StepOutcome};
 use crate::log::StreamType;
 use crate::runners::Runners;
 use crate::store::{EventStore, Release, domain_io};
+use crate::telemetry;
 use crate::workflow::model::Workflow;
 
 use super::ExecError;
@@ -94,6 +95,8 @@ pub(super) struct Held {
     pub compensations: Vec<CompensationOutcome>,
     /// Something new to decide on.
     pub dirty: bool,
+    /// The run's trace: the `traceparent` of its first event.
+    pub trace: Option<String>,
 }
 
 /// What a finished effect reports.
@@ -264,6 +267,7 @@ impl Worker {
         if claimed.is_empty() {
             return Ok(());
         }
+        telemetry::runs_claimed(claimed.len());
         let claimed: Vec<String> = claimed
             .into_iter()
             .filter(|id| !held.contains_key(id))
@@ -283,6 +287,7 @@ impl Worker {
                             outcomes: Vec::new(),
                             compensations: Vec::new(),
                             dirty: true,
+                            trace: events.first().and_then(|e| e.metadata.traceparent.clone()),
                         },
                     );
                 }
@@ -330,6 +335,7 @@ impl Worker {
         let done_tx = done_tx.clone();
         let run = run_id.to_string();
         let id = h.run.id().unwrap_or_default();
+        let trace = h.trace.clone();
         match effect {
             Effect::Perform {
                 key,
@@ -350,6 +356,7 @@ impl Worker {
                         attempt,
                         key: &step_key,
                         timeout_ms,
+                        trace: trace.as_deref(),
                     };
                     let result = perform::perform(&runners, &call, &work, before.as_ref()).await;
                     let _ = done_tx.send((
@@ -381,6 +388,7 @@ impl Worker {
                         attempt: 1,
                         key: &key,
                         timeout_ms,
+                        trace: trace.as_deref(),
                     };
                     let result = perform::perform(&runners, &call, &work, None).await;
                     let outcome = CompensationOutcome {
@@ -412,6 +420,7 @@ impl Worker {
                     let keep = kept.contains(id);
                     if !keep {
                         tracing::warn!(run = %id, "lease lost; another worker took the run over");
+                        telemetry::lease_lost();
                     }
                     keep
                 });

@@ -126,6 +126,10 @@ pub struct Metadata {
     /// The OpenTelemetry trace the write happened in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// The W3C `traceparent` of the span the write happened in. A run's first event
+    /// carries its trace: every worker puts the run's steps under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl Metadata {
@@ -134,6 +138,15 @@ impl Metadata {
             actor: Some(actor.into()),
             ..Self::default()
         }
+    }
+
+    /// The same metadata in the trace `traceparent` names (`None` leaves it as is).
+    pub fn with_trace(mut self, traceparent: Option<String>) -> Self {
+        if let Some(tp) = traceparent {
+            self.trace_id = tp.split('-').nth(1).map(str::to_string);
+            self.traceparent = Some(tp);
+        }
+        self
     }
 }
 

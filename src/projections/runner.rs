@@ -85,6 +85,12 @@ impl Projections {
         self.list.iter().map(|p| p.name()).collect()
     }
 
+    /// The name of the projection called `name`, as a `'static` string (for metric
+    /// labels, which must come from a fixed set).
+    pub fn static_name(&self, name: &str) -> Option<&'static str> {
+        self.list.iter().map(|p| p.name()).find(|n| *n == name)
+    }
+
     fn find(&self, name: &str) -> Result<Arc<dyn Projection>, ProjectionError> {
         self.list
             .iter()

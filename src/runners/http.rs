@@ -34,8 +34,10 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use serde_json::{Map, Value, json};
+use tracing::Instrument;
 
 use crate::domain::run::ErrorClass;
+use crate::telemetry;
 use crate::workflow::model::{HttpMethod, HttpStep, NotifyStep};
 
 use super::shell::Captured;
@@ -185,13 +187,25 @@ pub(super) async fn send(
     req: Request,
 ) -> Result<StepSuccess, StepFailure> {
     let shown = format!("{} {}", req.method, redacted(&req.url));
-    let exchange = exchange(client, &req, &shown);
+    // A client span (the HTTP semantic conventions) whose context the request carries
+    // as `traceparent`, so the called service joins the run's trace.
+    let span = tracing::info_span!(
+        "http.client",
+        otel.name = %req.method,
+        otel.kind = "client",
+        http.request.method = %req.method,
+        url.full = %redacted(&req.url),
+        server.address = req.url.host_str().unwrap_or_default(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    let exchange = exchange(client, &req, &shown).instrument(span.clone());
     let answer = match a.timeout {
         Some(limit) => tokio::time::timeout(limit, exchange)
             .await
             .map_err(|_| timed_out(&shown, limit))??,
         None => exchange.await?,
     };
+    span.record("http.response.status_code", answer.status);
     let Some(class) = classify_status(answer.status, &req.expect) else {
         return Ok(StepSuccess::output(answer.into_output()));
     };
@@ -227,6 +241,11 @@ async fn exchange(
     let mut builder = client
         .request(req.method.clone(), req.url.clone())
         .headers(req.headers.clone());
+    if !req.headers.contains_key("traceparent") {
+        for (name, value) in telemetry::propagation_headers(&tracing::Span::current()) {
+            builder = builder.header(name, value);
+        }
+    }
     if let Some(body) = &req.body {
         builder = builder.json(body);
     }

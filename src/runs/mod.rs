@@ -31,6 +31,7 @@ use crate::projections::Projections;
 use crate::projections::queries::{self, RunFilter};
 use crate::store::command::Command;
 use crate::store::{EventStore, domain_io};
+use crate::telemetry;
 
 pub use error::RunsError;
 pub use gates::GateDecision;
@@ -111,6 +112,14 @@ impl Runs {
                 })?)
             })
             .await?;
+        if done.appended > 0 {
+            let workflow = done
+                .state
+                .workflow()
+                .map(|w| w.as_str())
+                .unwrap_or_default();
+            telemetry::run_finished(workflow, "cancelled");
+        }
         Ok(done.state)
     }
 }

@@ -9,6 +9,7 @@
 use std::path::Path;
 
 use serde_json::{Map, Value};
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::definitions::{self, Registered};
@@ -18,6 +19,7 @@ use crate::domain::run::Run;
 use crate::engine;
 use crate::log::Metadata;
 use crate::store::command::Command;
+use crate::telemetry;
 use crate::workflow::{self, inputs};
 
 use super::{Runs, RunsError, run_stream};
@@ -119,8 +121,35 @@ impl Runs {
             .await
     }
 
-    /// Append the run's start (inputs already checked) with its first wake-up.
+    /// Append the run's start (inputs already checked) with its first wake-up, in a
+    /// span of its own: the run's trace. Its `traceparent` goes into the start
+    /// event's metadata, and every step of the run, on any worker, is put under it.
     async fn start_registered(
+        &self,
+        registered: &Registered,
+        inputs: Map<String, Value>,
+        run_id: RunId,
+        by: &str,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Started, RunsError> {
+        let span = tracing::info_span!(
+            "awl.run.start",
+            otel.name = %format!("run {}", registered.name),
+            awl.run.id = %run_id,
+            awl.workflow = %registered.name,
+            awl.workflow.version = %registered.version,
+        );
+        let started = self
+            .append_start(registered, inputs, run_id, by, key)
+            .instrument(span)
+            .await?;
+        if started.created {
+            telemetry::run_started(&started.workflow);
+        }
+        Ok(started)
+    }
+
+    async fn append_start(
         &self,
         registered: &Registered,
         inputs: Map<String, Value>,

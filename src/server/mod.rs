@@ -19,9 +19,11 @@ mod dashboard;
 pub mod error;
 mod extract;
 pub mod mcp;
+mod observe;
 pub mod openapi;
 pub mod rest;
 pub mod routes;
+pub mod sampler;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -58,6 +60,8 @@ pub struct AppState {
     pub auth_on: bool,
     /// The OpenAPI document of the route table.
     pub openapi: Arc<serde_json::Value>,
+    /// `/ready` fails when a projection is more events behind the log than this.
+    pub ready_max_lag: i64,
 }
 
 /// How the server runs.
@@ -73,6 +77,10 @@ pub struct ServeConfig {
     pub sweep_every: Duration,
     /// Run the executor in this process (`None`: leave runs to `awl worker`s).
     pub worker: Option<WorkerConfig>,
+    /// Also serve `/metrics` (without auth) on this address.
+    pub metrics_bind: Option<SocketAddr>,
+    /// `/ready` fails when a projection is more events behind the log than this.
+    pub ready_max_lag: i64,
 }
 
 impl ServeConfig {
@@ -84,6 +92,8 @@ impl ServeConfig {
             board: BoardConfig::default(),
             sweep_every: Duration::from_secs(1),
             worker: None,
+            metrics_bind: None,
+            ready_max_lag: 10_000,
         }
     }
 }
@@ -149,6 +159,7 @@ pub async fn start(
     runners: Runners,
     clock: Clock,
 ) -> Result<Server, ServeError> {
+    warn_about_durability(&store).await;
     let auth_on = store.active_tokens().await? > 0;
     if !auth_on && !config.bind.ip().is_loopback() {
         return Err(ServeError::OpenWithoutAuth(config.bind));
@@ -171,6 +182,7 @@ pub async fn start(
         runs: Runs::new(store.clone(), clock.clone()),
         auth_on,
         openapi: Arc::new(openapi::document(&routes())),
+        ready_max_lag: config.ready_max_lag,
     };
     let mcp_stop = CancellationToken::new();
     let app = router(state, mode, &config, mcp_stop.clone());
@@ -181,6 +193,13 @@ pub async fn start(
         let stop = stop_rx.clone();
         tokio::spawn(async move { board.follow(stop).await })
     };
+    let sampler = tokio::spawn(sampler::sample_server_every(board.clone(), stop_rx.clone()));
+    if let Some(addr) = config.metrics_bind {
+        let bound = sampler::serve_metrics(addr, store.clone(), stop_rx.clone())
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        tracing::info!(%bound, "serving /metrics");
+    }
     let sweeper = {
         let board = board.clone();
         let stop = stop_rx.clone();
@@ -218,6 +237,7 @@ pub async fn start(
                 .with_graceful_shutdown(shutdown)
                 .await;
             follower.abort();
+            sampler.abort();
             let _ = sweeper.await;
             let _ = projector.await;
             if let Some(worker) = worker {
@@ -279,6 +299,20 @@ pub fn router(
             limit_time(req, next, timeout)
         }))
         .layer(DefaultBodyLimit::max(config.body_limit))
+        .layer(middleware::from_fn(observe::observe))
+}
+
+/// Say loudly, at start-up, when the database could lose acknowledged events.
+pub async fn warn_about_durability(store: &EventStore) {
+    match store.durability_warnings().await {
+        Ok(warnings) => {
+            for w in warnings {
+                tracing::warn!("{w}");
+                eprintln!("awl: WARNING: {w}");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not read the database's durability settings"),
+    }
 }
 
 async fn limit_time(request: Request, next: Next, limit: Duration) -> Response {

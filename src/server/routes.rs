@@ -15,7 +15,7 @@ use crate::projections::queries::*;
 
 use super::AppState;
 use super::dashboard;
-use super::rest::meta::Health;
+use super::rest::meta::{Health, Readiness};
 use super::rest::{agents, live, meta, runs, tasks, tokens, views};
 use super::wire::*;
 
@@ -86,6 +86,8 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(GET "/assets/app.js", Public, "dashboard", "The dashboard's script.", dashboard::app, req: None, res: None, 200),
         route!(GET "/assets/style.css", Public, "dashboard", "The dashboard's styles.", dashboard::style, req: None, res: None, 200),
         route!(GET "/api/v1/openapi.json", Public, "server", "This document.", meta::openapi_doc, req: None, res: None, 200),
+        route!(GET "/ready", Public, "server", "Readiness: the database answers, migrations are applied, projections are within the set lag (503 with the failing checks otherwise).", meta::ready, req: None, res: Some(s::<Readiness>), 200),
+        route!(GET "/metrics", Read, "server", "Metrics in the Prometheus text format (also on --metrics-bind without auth).", meta::metrics, req: None, res: None, 200),
         // agents
         route!(POST "/api/v1/agents", Work, "agents", "Register an agent or update its capabilities and workspace (idempotent).", agents::register, req: Some(s::<RegisterRequest>), res: Some(s::<AgentView>), 200),
         route!(GET "/api/v1/agents", Read, "agents", "Every registered agent.", agents::list, req: None, res: Some(s::<Vec<AgentView>>), 200),

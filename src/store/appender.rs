@@ -40,7 +40,9 @@ pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, wake: w
             }
         }
         let requests: Vec<&AppendRequest> = batch.iter().map(|j| &j.request).collect();
+        let started = std::time::Instant::now();
         let outcome = backend.append_batch(&requests).await;
+        crate::telemetry::appended(requests.len(), started.elapsed().as_secs_f64());
         let wrote = matches!(&outcome, Ok(results) if results.iter().any(Result::is_ok));
         match outcome {
             Ok(results) => {

@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use cqrs_es::Aggregate;
 
 use crate::log::{Metadata, StreamRef};
+use crate::telemetry;
 
 use super::{EventStore, StoreError, domain_io};
 
@@ -60,8 +61,13 @@ pub struct Command<'a, A: Aggregate> {
 }
 
 impl<'a, A: Aggregate> Command<'a, A> {
-    /// A command on `stream`, recorded with `metadata` (its actor at least).
+    /// A command on `stream`, recorded with `metadata` (its actor at least) and the
+    /// trace it runs in.
     pub fn new(store: &'a EventStore, stream: &'a StreamRef, metadata: Metadata) -> Self {
+        let metadata = match metadata.traceparent {
+            Some(_) => metadata,
+            None => metadata.with_trace(telemetry::current_traceparent()),
+        };
         Self {
             store,
             stream,

@@ -55,6 +55,10 @@ pub enum StoreError {
     /// The store's background appender has stopped (the store is shutting down).
     #[error("the event store is shut down")]
     Closed,
+
+    /// The database does not answer in time.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl StoreError {
@@ -76,6 +80,7 @@ impl Classified for StoreError {
     fn kind(&self) -> ErrorKind {
         match self {
             StoreError::Conflict { .. } | StoreError::Refused(_) => ErrorKind::Conflict,
+            StoreError::Unavailable(_) => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
         }
     }
@@ -84,6 +89,7 @@ impl Classified for StoreError {
         match self {
             StoreError::Conflict { .. } => "conflict",
             StoreError::Refused(_) => "refused",
+            StoreError::Unavailable(_) => "store_unavailable",
             _ => "store_error",
         }
     }

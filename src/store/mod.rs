@@ -13,6 +13,7 @@ pub mod command;
 mod decode;
 pub mod domain_io;
 mod error;
+pub mod health;
 mod location;
 mod migrations;
 mod plan;

@@ -144,9 +144,10 @@ fn to_new_event(event: &SerializedEvent) -> Result<NewEvent, PersistenceError> {
                     })?)
             }
             "trace_id" => metadata.trace_id = Some(value),
+            "traceparent" => metadata.traceparent = Some(value),
             other => {
                 return Err(bad(format!(
-                    "unsupported metadata key {other:?} (expected actor, correlation_id, causation_id, trace_id)"
+                    "unsupported metadata key {other:?} (expected actor, correlation_id, causation_id, trace_id, traceparent)"
                 )));
             }
         }

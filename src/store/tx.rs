@@ -63,6 +63,7 @@ impl StoreTx {
         requests: &[AppendRequest],
     ) -> Result<Vec<Appended>, StoreError> {
         let refs: Vec<&AppendRequest> = requests.iter().collect();
+        let started = std::time::Instant::now();
         let results = match &mut self.inner {
             Inner::Postgres(tx) => {
                 super::postgres::append_in(tx, &refs, Atomicity::AllOrNothing).await?
@@ -71,6 +72,7 @@ impl StoreTx {
                 super::sqlite::append_in(tx, &refs, Atomicity::AllOrNothing).await?
             }
         };
+        crate::telemetry::appended(refs.len(), started.elapsed().as_secs_f64());
         let appended = results.into_iter().collect::<Result<Vec<_>, _>>()?;
         self.wrote |= !appended.is_empty();
         Ok(appended)
@@ -82,13 +84,18 @@ impl StoreTx {
         &mut self,
         requests: &[AppendRequest],
     ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
         let refs: Vec<&AppendRequest> = requests.iter().collect();
+        let started = std::time::Instant::now();
         let results = match &mut self.inner {
             Inner::Postgres(tx) => {
                 super::postgres::append_in(tx, &refs, Atomicity::PerRequest).await?
             }
             Inner::Sqlite(tx) => super::sqlite::append_in(tx, &refs, Atomicity::PerRequest).await?,
         };
+        crate::telemetry::appended(refs.len(), started.elapsed().as_secs_f64());
         self.wrote |= results.iter().any(Result::is_ok);
         Ok(results)
     }

@@ -20,6 +20,7 @@ mod dashboard;
 mod examples;
 mod executor;
 mod mcp;
+mod observability;
 mod projections;
 mod runners;
 mod support;

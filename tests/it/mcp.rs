@@ -21,7 +21,7 @@ on_both_stores!(worker_threads = 2;
     tokens_paths_and_hosts,
 );
 
-const BOTH: &str = "application/json, text/event-stream";
+pub(crate) const BOTH: &str = "application/json, text/event-stream";
 
 fn python() -> String {
     std::env::var("AWL_TEST_PYTHON").unwrap_or_else(|_| {
@@ -96,7 +96,7 @@ fn initialize() -> Value {
         "clientInfo": {"name": "awl-test", "version": "0"}}})
 }
 
-async fn open_session(http: &reqwest::Client, url: &str, token: &str) -> String {
+pub(crate) async fn open_session(http: &reqwest::Client, url: &str, token: &str) -> String {
     let (status, headers, body) = rpc(http, url, token, None, initialize()).await;
     assert_eq!(status, 200, "initialize: {body}");
     assert!(body.contains("\"name\":\"awl\""), "server name: {body}");
@@ -111,7 +111,7 @@ async fn open_session(http: &reqwest::Client, url: &str, token: &str) -> String 
     session
 }
 
-fn call(id: u64, tool: &str, args: Value) -> Value {
+pub(crate) fn call(id: u64, tool: &str, args: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
            "params": {"name": tool, "arguments": args}})
 }

@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod events;
+pub mod proxy;
 pub mod server;
 
 use std::time::Duration;

@@ -44,6 +44,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool_handler};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::auth::{Permission, Principal};
 use crate::error::Classified;
@@ -128,8 +129,34 @@ impl ServerHandler for AwlMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // A span per tool call (the MCP semantic conventions), under the trace the
+        // HTTP request that carried it names.
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        let header = |name: &str| {
+            parts
+                .and_then(|p| p.headers.get(name))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let span = tracing::info_span!(
+            "mcp.tool",
+            otel.name = %format!("tools/call {}", request.name),
+            otel.kind = "server",
+            mcp.method.name = "tools/call",
+            mcp.session.id = header("mcp-session-id").unwrap_or_default(),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %request.name,
+            error.type = tracing::field::Empty,
+        );
+        crate::telemetry::set_parent(&span, header("traceparent").as_deref());
         let call = ToolCallContext::new(self, request, context);
-        match self.tool_router.call(call).await? {
+        let answer = self.tool_router.call(call).instrument(span.clone()).await?;
+        if let CallToolResponse::Complete(result) = &answer
+            && result.is_error == Some(true)
+        {
+            span.record("error.type", "tool_error");
+        }
+        match answer {
             CallToolResponse::Complete(result) if result.is_error == Some(true) => {
                 match argument_error(&result) {
                     Some(message) => ToolError(ApiError::invalid(message)).into_call_tool_result(),

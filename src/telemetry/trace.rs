@@ -1,0 +1,53 @@
+//! Carrying a trace across processes: a span's context as a W3C `traceparent`, and a
+//! span put under the trace a `traceparent` names. With no OpenTelemetry layer
+//! installed, spans have no context and these do nothing.
+
+use std::collections::HashMap;
+
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The `traceparent` of `span`, if it is part of an exported trace.
+pub fn traceparent_of(span: &Span) -> Option<String> {
+    let cx = span.context();
+    if !cx.span().span_context().is_valid() {
+        return None;
+    }
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    carrier.remove("traceparent")
+}
+
+/// The `traceparent` of the current span.
+pub fn current_traceparent() -> Option<String> {
+    traceparent_of(&Span::current())
+}
+
+/// Put `span` (not yet entered) under the trace `traceparent` names. A malformed
+/// value is ignored: the span starts a trace of its own.
+pub fn set_parent(span: &Span, traceparent: Option<&str>) {
+    let Some(value) = traceparent else { return };
+    let mut carrier = HashMap::new();
+    carrier.insert("traceparent".to_string(), value.to_string());
+    let cx = TraceContextPropagator::new().extract(&carrier);
+    if cx.span().span_context().is_valid() {
+        let _ = span.set_parent(cx);
+    }
+}
+
+/// The headers that carry `span`'s trace to another service (`traceparent`, and
+/// `tracestate` when there is one).
+pub fn propagation_headers(span: &Span) -> Vec<(String, String)> {
+    let cx = span.context();
+    if !cx.span().span_context().is_valid() {
+        return Vec::new();
+    }
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    let mut headers: Vec<(String, String)> = carrier.into_iter().collect();
+    headers.sort();
+    headers
+}
