@@ -15,21 +15,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use awl::clock::system_clock;
-use awl::definitions::{self, Registered};
-use awl::domain::ids::RunId;
-use awl::domain::run::{Run, RunStatus};
+use awl::domain::run::Run;
 use awl::engine::{self, TickInput};
-use awl::executor::{Worker, WorkerConfig};
 use awl::log::{StreamRef, StreamType};
-use awl::runners::{Runners, RunnersConfig};
 use awl::runs::Runs;
-use awl::store::{EventStore, StoreOptions, domain_io};
+use awl::store::domain_io;
 use chrono::Utc;
 use serde_json::Map;
 use tokio::sync::watch;
 
+#[path = "support/runs.rs"]
+mod runs_support;
 mod support;
-use support::{Fresh, percentile};
+use runs_support::{all_finished, register, start_runs, throughput, worker, workflow_of};
+use support::percentile;
 
 struct Config {
     only: Option<String>,
@@ -54,133 +53,15 @@ fn config() -> Config {
     c
 }
 
-/// A fresh store with a pool big enough for the workers.
-async fn fresh(kind: &str, cfg: &Config) -> Fresh {
-    let options = StoreOptions {
-        max_connections: 32,
-        ..StoreOptions::default()
-    };
-    support::fresh(kind, &cfg.admin_url, options).await
-}
-
 /// A workflow of `steps` no-op tool steps.
 fn noop_workflow(dir: &Path, name: &str, steps: usize) -> std::path::PathBuf {
     workflow_of(dir, name, steps, "tool: noop")
 }
 
-/// A workflow of `steps` steps, each `body`.
-fn workflow_of(dir: &Path, name: &str, steps: usize, body: &str) -> std::path::PathBuf {
-    let mut yaml = format!("name: {name}\nversion: \"1.0.0\"\nsteps:\n");
-    for i in 0..steps {
-        yaml.push_str(&format!("  - {{id: s{i}, {body}}}\n"));
-    }
-    let path = dir.join(format!("{name}.awl.yaml"));
-    std::fs::write(&path, yaml).expect("write workflow");
-    path
-}
-
-async fn register(store: &EventStore, path: &Path) -> Registered {
-    definitions::register_file(store, path, "bench", Utc::now())
-        .await
-        .expect("register")
-}
-
-async fn start_runs(store: &EventStore, registered: &Registered, n: usize) -> Vec<RunId> {
-    let mut ids = Vec::with_capacity(n);
-    for _ in 0..n {
-        let started = Runs::new(store.clone(), system_clock())
-            .start_version(registered, Map::new(), "bench")
-            .await
-            .expect("start");
-        ids.push(started.run_id);
-    }
-    ids
-}
-
-fn worker(store: &EventStore, owner: &str) -> Worker {
-    let mut config = WorkerConfig::new(owner);
-    config.poll = Duration::from_millis(20);
-    Worker::new(
-        store.clone(),
-        Runners::new(RunnersConfig::default()),
-        config,
-        system_clock(),
-    )
-}
-
-async fn all_finished(store: &EventStore, ids: &[RunId]) -> bool {
-    store.wakeups().await.expect("wakeups").is_empty() && {
-        let sample: Vec<String> = ids.iter().take(20).map(|i| i.to_string()).collect();
-        let streams = store
-            .read_streams(StreamType::Run, &sample)
-            .await
-            .expect("read");
-        sample.iter().all(|id| {
-            domain_io::fold::<Run>(&streams[id])
-                .map(|(r, _)| r.is_terminal())
-                .unwrap_or(false)
-        })
-    }
-}
-
-/// Steps per second: start `runs` runs of ten steps `body`, then let `workers`
-/// workers finish them.
-async fn throughput(kind: &str, cfg: &Config, workers: usize, body: &str) -> (f64, f64) {
-    let fresh = fresh(kind, cfg).await;
-    let dir = tempfile::tempdir().expect("dir");
-    let registered = register(&fresh.store, &workflow_of(dir.path(), "ten", 10, body)).await;
-    let ids = start_runs(&fresh.store, &registered, cfg.runs).await;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let started = Instant::now();
-    let mut handles = Vec::new();
-    for w in 0..workers {
-        // Each worker its own pool, as separate processes would have.
-        let store = EventStore::open(
-            &fresh.location,
-            StoreOptions {
-                migrate: false,
-                ..StoreOptions::default()
-            },
-        )
-        .await
-        .expect("open");
-        handles.push(tokio::spawn(
-            worker(&store, &format!("bench-{w}")).run(stop_rx.clone()),
-        ));
-    }
-    while !all_finished(&fresh.store, &ids).await {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let _ = stop_tx.send(true);
-    for h in handles {
-        h.await.expect("join").expect("worker");
-    }
-    let statuses = fresh
-        .store
-        .read_streams(
-            StreamType::Run,
-            &ids.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
-        )
-        .await
-        .expect("read");
-    let succeeded = statuses
-        .values()
-        .filter(|events| {
-            domain_io::fold::<Run>(events)
-                .map(|(r, _)| r.status() == Some(RunStatus::Succeeded))
-                .unwrap_or(false)
-        })
-        .count();
-    assert_eq!(succeeded, ids.len(), "every run succeeded");
-    let steps = (ids.len() * 10) as f64;
-    (steps / elapsed, elapsed)
-}
-
 /// From `start_run` returning to the first step's `run.step_started` being committed,
 /// with an idle worker waiting.
 async fn first_step_latency(kind: &str, cfg: &Config) -> (f64, f64) {
-    let fresh = fresh(kind, cfg).await;
+    let fresh = runs_support::fresh(kind, &cfg.admin_url).await;
     let dir = tempfile::tempdir().expect("dir");
     // A shell step: the first step is started (and committed) before it is performed.
     let path = dir.path().join("one.awl.yaml");
@@ -218,7 +99,7 @@ async fn first_step_latency(kind: &str, cfg: &Config) -> (f64, f64) {
 
 /// Read and fold a run with about 1,000 events, and decide its next move.
 async fn replay(kind: &str, cfg: &Config) -> (usize, f64, f64) {
-    let fresh = fresh(kind, cfg).await;
+    let fresh = runs_support::fresh(kind, &cfg.admin_url).await;
     let dir = tempfile::tempdir().expect("dir");
     // 333 steps x 3 events + start and end: just over 1,000 events.
     let registered = register(&fresh.store, &noop_workflow(dir.path(), "long", 333)).await;
@@ -273,7 +154,7 @@ async fn main() {
             ("sleep 0", "tool: sleep, inputs: {seconds: 0}"),
         ] {
             for workers in [1, 2] {
-                let (rate, secs) = throughput(kind, &cfg, workers, body).await;
+                let (rate, secs) = throughput(kind, &cfg.admin_url, cfg.runs, workers, body).await;
                 println!(
                     "| {label} | {workers} | {} | {} | {secs:.2} | {rate:.0} |",
                     cfg.runs,

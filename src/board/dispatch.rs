@@ -15,7 +15,6 @@ use std::time::Duration as StdDuration;
 use chrono::{DateTime, Duration, Utc};
 use cqrs_es::Aggregate;
 use tokio::sync::oneshot;
-use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::domain::Decide;
@@ -204,20 +203,9 @@ impl Board {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut closed = self.inner.closed.subscribe();
         self.touch(agent);
-        let span = tracing::info_span!(
-            "awl.task.wait",
-            otel.name = "wait_for_prompt",
-            awl.agent.id = %agent,
-            awl.task.id = tracing::field::Empty,
-        );
-        let found = self
-            .wait_loop(agent, deadline, &mut closed)
-            .instrument(span.clone())
-            .await;
-        if let Ok(Some(task)) = &found {
-            span.record("awl.task.id", tracing::field::display(task.task_id));
-        }
-        found
+        // No span of its own: the long poll is the request (REST) or tool call (MCP)
+        // that carries it, already a span.
+        self.wait_loop(agent, deadline, &mut closed).await
     }
 
     async fn wait_loop(
@@ -329,12 +317,17 @@ impl Board {
         // When the task entered QUEUED (its last event), as decided on.
         let queued_since = AtomicI64::new(i64::MIN);
         let result = self
-            .act(task, &Caller::Agent(agent.clone()), "reserve", |t, now| {
-                if let Some(since) = t.updated_at() {
-                    queued_since.store(since.timestamp_micros(), Ordering::Relaxed);
-                }
-                reservation(t, agent, now, ack_timeout)
-            })
+            .act(
+                task,
+                &Caller::Agent(agent.clone()),
+                "task reserve",
+                |t, now| {
+                    if let Some(since) = t.updated_at() {
+                        queued_since.store(since.timestamp_micros(), Ordering::Relaxed);
+                    }
+                    reservation(t, agent, now, ack_timeout)
+                },
+            )
             .await;
         match result {
             Ok(view) => {

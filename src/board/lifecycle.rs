@@ -61,7 +61,7 @@ impl Board {
     /// The agent confirms it has the task and starts working.
     pub async fn ack(&self, task: TaskId, agent: &AgentId) -> Result<TaskView, BoardError> {
         self.touch(agent);
-        self.command(task, &Caller::Agent(agent.clone()), "ack", |now| {
+        self.command(task, &Caller::Agent(agent.clone()), "task ack", |now| {
             TaskCommand::Ack {
                 agent: agent.clone(),
                 at: now,
@@ -78,14 +78,17 @@ impl Board {
         percent: Option<u8>,
     ) -> Result<TaskView, BoardError> {
         self.touch(agent);
-        self.command(task, &Caller::Agent(agent.clone()), "progress", |now| {
-            TaskCommand::ReportProgress {
+        self.command(
+            task,
+            &Caller::Agent(agent.clone()),
+            "task progress",
+            |now| TaskCommand::ReportProgress {
                 agent: agent.clone(),
                 message: message.clone(),
                 percent,
                 at: now,
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -96,16 +99,19 @@ impl Board {
         call: ToolCall,
     ) -> Result<TaskView, BoardError> {
         self.touch(agent);
-        self.command(task, &Caller::Agent(agent.clone()), "tool_call", |now| {
-            TaskCommand::ReportToolCall {
+        self.command(
+            task,
+            &Caller::Agent(agent.clone()),
+            "task tool_call",
+            |now| TaskCommand::ReportToolCall {
                 agent: agent.clone(),
                 name: call.name.clone(),
                 parameters: call.parameters.clone(),
                 duration_ms: call.duration_ms,
                 success: call.success,
                 at: now,
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -118,7 +124,7 @@ impl Board {
     ) -> Result<TaskView, BoardError> {
         self.touch(agent);
         let question_id = QuestionId::new();
-        self.command(task, &Caller::Agent(agent.clone()), "ask", |now| {
+        self.command(task, &Caller::Agent(agent.clone()), "task ask", |now| {
             TaskCommand::AskQuestion {
                 agent: agent.clone(),
                 question_id,
@@ -138,7 +144,7 @@ impl Board {
         by: &Caller,
     ) -> Result<TaskView, BoardError> {
         let by_name = by.actor();
-        self.act(task, by, "answer", |t, now| {
+        self.act(task, by, "task answer", |t, now| {
             let question_id = question_id
                 .or_else(|| t.open_question().map(|q| q.question_id))
                 .unwrap_or_default();
@@ -161,7 +167,7 @@ impl Board {
         summary: String,
     ) -> Result<TaskView, BoardError> {
         self.touch(agent);
-        self.command(task, &Caller::Agent(agent.clone()), "submit", |now| {
+        self.command(task, &Caller::Agent(agent.clone()), "task submit", |now| {
             TaskCommand::SubmitForReview {
                 agent: agent.clone(),
                 branch: branch.clone(),
@@ -175,7 +181,7 @@ impl Board {
 
     pub async fn approve(&self, task: TaskId, by: &Caller) -> Result<TaskView, BoardError> {
         let by_name = by.actor();
-        self.command(task, by, "approve", |now| TaskCommand::Approve {
+        self.command(task, by, "task approve", |now| TaskCommand::Approve {
             by: by_name.clone(),
             at: now,
         })
@@ -190,7 +196,7 @@ impl Board {
         by: &Caller,
     ) -> Result<TaskView, BoardError> {
         let by_name = by.actor();
-        self.command(task, by, "request_changes", |now| {
+        self.command(task, by, "task request_changes", |now| {
             TaskCommand::RequestChanges {
                 by: by_name.clone(),
                 feedback: feedback.clone(),
@@ -214,7 +220,7 @@ impl Board {
             }
             Caller::User(user) => CompletedBy::User(user.clone()),
         };
-        self.command(task, by, "complete", |now| TaskCommand::Complete {
+        self.command(task, by, "task complete", |now| TaskCommand::Complete {
             by: completed_by.clone(),
             result: result.clone(),
             at: now,
@@ -238,7 +244,7 @@ impl Board {
             }
             Caller::User(_) => None,
         };
-        self.act(task, by, "fail", |t, now| {
+        self.act(task, by, "task fail", |t, now| {
             if let Some(agent) = &agent
                 && t.assignee() != Some(agent)
             {
@@ -263,7 +269,7 @@ impl Board {
         by: &Caller,
     ) -> Result<TaskView, BoardError> {
         let by_name = by.actor();
-        self.command(task, by, "cancel", |now| TaskCommand::Cancel {
+        self.command(task, by, "task cancel", |now| TaskCommand::Cancel {
             by: by_name.clone(),
             reason: reason.clone(),
             at: now,
@@ -292,6 +298,7 @@ impl Board {
         &self,
         id: TaskId,
         by: &Caller,
+        // The span's name: `task ack`, `task complete`, ...
         op: &'static str,
         decide: F,
     ) -> Result<TaskView, BoardError>
@@ -300,10 +307,8 @@ impl Board {
     {
         let span = tracing::info_span!(
             "awl.task",
-            otel.name = %format!("task {op}"),
+            otel.name = op,
             awl.task.id = %id,
-            awl.task.operation = op,
-            enduser.id = %by.actor(),
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );

@@ -59,7 +59,7 @@ impl Board {
         let mut requeued = Vec::new();
         for (id, reason) in due {
             let result = self
-                .act(id, &Caller::User("awl".into()), "requeue", |t, _| {
+                .act(id, &Caller::User("awl".into()), "task requeue", |t, _| {
                     Ok(t.decide(TaskCommand::Requeue { reason, at: now })?)
                 })
                 .await;

@@ -28,6 +28,7 @@ impl Worker {
         done_tx: &mpsc::UnboundedSender<(String, Report)>,
         now: DateTime<Utc>,
     ) -> Result<(), ExecError> {
+        let actor = Metadata::actor("awl");
         let mut tx = self.store.begin().await?;
         // Runs' own events first, one request each.
         let mut requests = Vec::new();
@@ -40,7 +41,8 @@ impl Worker {
                 continue;
             };
             let stream = StreamRef::new(StreamType::Run, d.run_id.clone());
-            let actor = Metadata::actor("awl").with_trace(h.trace.clone());
+            // The run's trace is in its first event; its steps' events need not repeat
+            // it (they would make every event of every traced run larger).
             requests.push(domain_io::append_request(
                 &stream, h.version, &d.events, &actor,
             )?);

@@ -111,7 +111,7 @@ impl Worker {
                             attempt,
                             key: &key,
                             timeout_ms: None,
-                            trace: h.trace.as_deref(),
+                            trace: &h.parent,
                         };
                         let result = perform::perform(&self.runners, &call, work, None).await;
                         outcomes.push(StepOutcome {

@@ -27,8 +27,8 @@ pub(crate) struct Call<'a> {
     /// The idempotency key the work sees (the same for every attempt of a step).
     pub key: &'a str,
     pub timeout_ms: Option<u64>,
-    /// The run's trace (the `traceparent` of its first event).
-    pub trace: Option<&'a str>,
+    /// The run's trace (from the `traceparent` of its first event).
+    pub trace: &'a telemetry::Parent,
 }
 
 /// What kind of work this is, as spans and metrics name it.
@@ -52,7 +52,7 @@ pub(crate) async fn perform(
     let kind = kind(work);
     let span = tracing::info_span!(
         "awl.step",
-        otel.name = %format!("step {}", call.step_id),
+        otel.name = tracing::field::Empty,
         awl.run.id = %call.run_id,
         awl.step.id = call.step_id,
         awl.step.type = kind,
@@ -60,7 +60,10 @@ pub(crate) async fn perform(
         error.type = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
-    telemetry::set_parent(&span, call.trace);
+    if !span.is_disabled() {
+        span.record("otel.name", format!("step {}", call.step_id));
+        call.trace.adopt(&span);
+    }
     let started = Instant::now();
     let result = attempt(runners, call, work, before)
         .instrument(span.clone())

@@ -95,8 +95,9 @@ pub(super) struct Held {
     pub compensations: Vec<CompensationOutcome>,
     /// Something new to decide on.
     pub dirty: bool,
-    /// The run's trace: the `traceparent` of its first event.
+    /// The run's trace: the `traceparent` of its first event, as recorded and parsed.
     pub trace: Option<String>,
+    pub parent: telemetry::Parent,
 }
 
 /// What a finished effect reports.
@@ -288,6 +289,11 @@ impl Worker {
                             compensations: Vec::new(),
                             dirty: true,
                             trace: events.first().and_then(|e| e.metadata.traceparent.clone()),
+                            parent: telemetry::Parent::parse(
+                                events
+                                    .first()
+                                    .and_then(|e| e.metadata.traceparent.as_deref()),
+                            ),
                         },
                     );
                 }
@@ -335,7 +341,7 @@ impl Worker {
         let done_tx = done_tx.clone();
         let run = run_id.to_string();
         let id = h.run.id().unwrap_or_default();
-        let trace = h.trace.clone();
+        let trace = h.parent.clone();
         match effect {
             Effect::Perform {
                 key,
@@ -356,7 +362,7 @@ impl Worker {
                         attempt,
                         key: &step_key,
                         timeout_ms,
-                        trace: trace.as_deref(),
+                        trace: &trace,
                     };
                     let result = perform::perform(&runners, &call, &work, before.as_ref()).await;
                     let _ = done_tx.send((
@@ -388,7 +394,7 @@ impl Worker {
                         attempt: 1,
                         key: &key,
                         timeout_ms,
-                        trace: trace.as_deref(),
+                        trace: &trace,
                     };
                     let result = perform::perform(&runners, &call, &work, None).await;
                     let outcome = CompensationOutcome {

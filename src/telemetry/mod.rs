@@ -20,6 +20,7 @@ mod metrics;
 mod trace;
 
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::filter::{EnvFilter, Targets};
@@ -28,7 +29,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, Registry};
 
 pub use metrics::*;
-pub use trace::{current_traceparent, propagation_headers, set_parent, traceparent_of};
+pub use trace::{Parent, current_traceparent, propagation_headers, set_parent, traceparent_of};
 
 /// Why telemetry could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -90,9 +91,14 @@ pub fn init(service_instance: &str) -> Result<Telemetry, TelemetryError> {
     }
     let provider = tracer_provider(service_instance)?;
     let tracer = provider.tracer("awl");
-    // awl's own spans, whatever AWL_LOG says; not the libraries'.
+    // awl's own spans, whatever AWL_LOG says; not the libraries'. Without source
+    // locations, thread names and busy/idle timing: each costs on every span (the
+    // timing on every poll of an instrumented future) and says little about a run.
     let spans = tracing_opentelemetry::layer()
         .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_tracked_inactivity(false)
         .with_filter(Targets::new().with_target("awl", tracing::Level::INFO));
     let installed = Registry::default()
         .with(logs)
@@ -105,8 +111,19 @@ pub fn init(service_instance: &str) -> Result<Telemetry, TelemetryError> {
 }
 
 fn tracer_provider(service_instance: &str) -> Result<SdkTracerProvider, TelemetryError> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
+    // OTLP/HTTP's default is protobuf (the specification's); the crate would default to
+    // JSON because the JSON encoding is compiled in too. The variables still choose.
+    let chosen = [
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ]
+    .iter()
+    .any(|v| std::env::var(v).is_ok_and(|p| !p.trim().is_empty()));
+    let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http();
+    if !chosen {
+        builder = builder.with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
+    }
+    let exporter = builder
         .build()
         .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
     let mut resource = Resource::builder();

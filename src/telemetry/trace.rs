@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use opentelemetry::Context;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -26,16 +27,45 @@ pub fn current_traceparent() -> Option<String> {
     traceparent_of(&Span::current())
 }
 
+/// A trace to put spans under, parsed once from a `traceparent` (a run's, read when a
+/// worker claims it, serves every step of the run).
+#[derive(Clone, Default)]
+pub struct Parent(Option<Context>);
+
+impl Parent {
+    /// The trace `traceparent` names; none when it is absent or malformed.
+    pub fn parse(traceparent: Option<&str>) -> Self {
+        let Some(value) = traceparent else {
+            return Self(None);
+        };
+        let mut carrier = HashMap::new();
+        carrier.insert("traceparent".to_string(), value.to_string());
+        let cx = TraceContextPropagator::new().extract(&carrier);
+        Self(cx.span().span_context().is_valid().then_some(cx))
+    }
+
+    /// Put `span` (not yet entered) under this trace.
+    pub fn adopt(&self, span: &Span) {
+        if let Some(cx) = &self.0 {
+            let _ = span.set_parent(cx.clone());
+        }
+    }
+}
+
+impl std::fmt::Debug for Parent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Parent(trace)"
+        } else {
+            "Parent(none)"
+        })
+    }
+}
+
 /// Put `span` (not yet entered) under the trace `traceparent` names. A malformed
 /// value is ignored: the span starts a trace of its own.
 pub fn set_parent(span: &Span, traceparent: Option<&str>) {
-    let Some(value) = traceparent else { return };
-    let mut carrier = HashMap::new();
-    carrier.insert("traceparent".to_string(), value.to_string());
-    let cx = TraceContextPropagator::new().extract(&carrier);
-    if cx.span().span_context().is_valid() {
-        let _ = span.set_parent(cx);
-    }
+    Parent::parse(traceparent).adopt(span);
 }
 
 /// The headers that carry `span`'s trace to another service (`traceparent`, and
