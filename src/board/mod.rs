@@ -65,7 +65,8 @@ pub struct BoardConfig {
     pub lost_after: Duration,
     /// How long a task hinted at one agent is kept for it.
     pub hint_grace: Duration,
-    /// The longest `wait_for_prompt` the server allows.
+    /// The longest `wait_for_prompt` the server allows: below the 60 s after which
+    /// common clients (the MCP TypeScript SDK among them) give up on a request.
     pub max_wait: StdDuration,
     /// The wait when the caller names none.
     pub default_wait: StdDuration,
@@ -77,7 +78,7 @@ impl Default for BoardConfig {
             ack_timeout: Duration::seconds(30),
             lost_after: Duration::minutes(5),
             hint_grace: Duration::seconds(30),
-            max_wait: StdDuration::from_secs(60),
+            max_wait: StdDuration::from_secs(50),
             default_wait: StdDuration::from_secs(30),
         }
     }
@@ -198,6 +199,11 @@ impl Board {
         &self.inner.config
     }
 
+    /// How many `wait_for_prompt` calls are parked waiting for a task now.
+    pub fn waiting(&self) -> usize {
+        self.state().waiters.len()
+    }
+
     pub fn store(&self) -> &EventStore {
         &self.inner.store
     }
@@ -226,7 +232,26 @@ impl Board {
 
     /// Follow the log from where the snapshot ended until `stop`, applying task and
     /// agent events written by anyone and offering newly queued tasks to waiters.
+    /// When the database goes away (a restart, a cut connection) it waits and
+    /// follows again from the last event it applied, so the view never skips one.
     pub async fn follow(&self, mut stop: watch::Receiver<bool>) -> Result<(), BoardError> {
+        let mut backoff = StdDuration::from_millis(100);
+        loop {
+            match self.follow_once(&mut stop).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?backoff, "the board lost the log; following again");
+                    tokio::select! {
+                        _ = stop.changed() => return Ok(()),
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(StdDuration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    async fn follow_once(&self, stop: &mut watch::Receiver<bool>) -> Result<(), BoardError> {
         let after = self.state().position;
         let tail = self.inner.store.tail(after, board_filter());
         tokio::pin!(tail);
@@ -238,11 +263,9 @@ impl Board {
                     None => return Ok(()),
                 },
             };
-            let applied = {
-                let mut st = self.state();
-                st.position = event.position;
-                st.view.apply(&event)?
-            };
+            // Applying is idempotent by stream version, so an event whose handling
+            // failed is applied again when following resumes from before it.
+            let applied = self.state().view.apply(&event)?;
             match applied {
                 Applied::Task(id) => self.offer(id),
                 Applied::Gap(stream) if stream.kind == StreamType::Task => {
@@ -257,6 +280,7 @@ impl Board {
                 }
                 Applied::Nothing | Applied::Agent(_) => {}
             }
+            self.state().position = event.position;
         }
     }
 

@@ -27,9 +27,22 @@ pub struct ServeArgs {
     /// Seconds without a call from an agent after which its tasks are requeued.
     #[arg(long, default_value_t = 300)]
     lost_after: u64,
-    /// The longest wait_for_prompt allowed, in seconds.
-    #[arg(long, default_value_t = 60)]
+    /// The longest wait_for_prompt allowed, in seconds (keep it below your clients'
+    /// request timeouts: the MCP TypeScript SDK gives up at 60).
+    #[arg(long, default_value_t = 50)]
     max_wait: u64,
+    /// The most wait_for_prompt calls one token may have open at once.
+    #[arg(long, default_value_t = 4)]
+    max_waits_per_token: usize,
+    /// An origin (`https://host[:port]`) allowed to call /mcp from a browser, besides
+    /// loopback ones; repeatable. A request with any other Origin gets 403.
+    #[arg(
+        long = "allowed-origin",
+        value_name = "ORIGIN",
+        env = "AWL_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    allowed_origins: Vec<String>,
     /// The largest request body, in bytes.
     #[arg(long, default_value_t = 256 * 1024)]
     body_limit: usize,
@@ -64,6 +77,8 @@ pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
     config.request_timeout = config.board.max_wait + Duration::from_secs(30);
     config.metrics_bind = args.metrics_bind;
     config.ready_max_lag = args.ready_max_lag.max(0);
+    config.max_waits_per_token = args.max_waits_per_token.max(1);
+    config.allowed_origins = server::origin::AllowedOrigins::new(&args.allowed_origins)?;
     if !args.no_worker {
         let mut worker = WorkerConfig::new(owner("serve"));
         worker.env = allowed_env(&args.env_allow);

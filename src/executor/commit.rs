@@ -1,5 +1,7 @@
-//! Writing what was decided, for many runs in one transaction: every run's events with
-//! its expected version, then (for the runs whose append did not conflict) the side
+//! Writing what was decided, for many runs in one transaction: first the fence (the
+//! runs this worker still holds under the epoch it claimed them with; a stale
+//! holder's decisions are dropped unwritten), then every run's events with its
+//! expected version, then (for the runs whose append did not conflict) the side
 //! writes their decisions planned (tasks, child runs, wake-ups), then the release of
 //! every run with nothing in flight, with its next due time. Nothing is decided here.
 
@@ -11,7 +13,7 @@ use tokio::sync::mpsc;
 use crate::domain::run::{Run, RunEvent};
 use crate::engine::Effect;
 use crate::log::{AppendRequest, Metadata, StreamRef, StreamType};
-use crate::store::{Release, StoreError, domain_io};
+use crate::store::{Lease, Release, StoreError, StoreTx, domain_io};
 use crate::telemetry;
 
 use super::ExecError;
@@ -30,6 +32,7 @@ impl Worker {
     ) -> Result<(), ExecError> {
         let actor = Metadata::actor("awl");
         let mut tx = self.store.begin().await?;
+        self.fence(&mut tx, held, &mut decided).await?;
         // Runs' own events first, one request each.
         let mut requests = Vec::new();
         let mut owners = Vec::new();
@@ -108,6 +111,7 @@ impl Worker {
             if h.in_flight.is_empty() && !starts_work && d.pending.is_empty() {
                 releases.push(Release {
                     run_id: d.run_id.clone(),
+                    epoch: h.epoch,
                     due_at: d.wake_at,
                     version: versions.get(&d.run_id).copied().unwrap_or(h.version),
                     finished: d.state.is_terminal(),
@@ -162,7 +166,48 @@ impl Worker {
         Ok(())
     }
 
-    async fn reload(&self, run_id: &str) -> Result<(Run, i64), ExecError> {
+    /// Keep only the decisions for runs this worker still holds under its claim's
+    /// epoch (their rows stay locked until the commit); drop the others, unwritten,
+    /// with everything in flight for them.
+    async fn fence(
+        &self,
+        tx: &mut StoreTx,
+        held: &mut HashMap<String, Held>,
+        decided: &mut Vec<Decided>,
+    ) -> Result<(), ExecError> {
+        let leases: Vec<Lease> = decided
+            .iter()
+            .filter_map(|d| {
+                held.get(&d.run_id).map(|h| Lease {
+                    run_id: d.run_id.clone(),
+                    epoch: h.epoch,
+                })
+            })
+            .collect();
+        let kept: BTreeSet<String> = tx
+            .fence(&self.config.owner, &leases)
+            .await?
+            .into_iter()
+            .collect();
+        decided.retain(|d| {
+            if kept.contains(&d.run_id) {
+                return true;
+            }
+            let epoch = held.remove(&d.run_id).map(|h| h.epoch);
+            tracing::warn!(
+                run = %d.run_id,
+                epoch,
+                events = d.events.len(),
+                "refused to write for a run another worker claimed since (lease epoch \
+                 superseded): its decision is dropped and the run left to the new holder"
+            );
+            telemetry::lease_lost(telemetry::LeaseLost::Commit);
+            false
+        });
+        Ok(())
+    }
+
+    pub(super) async fn reload(&self, run_id: &str) -> Result<(Run, i64), ExecError> {
         let events = self
             .store
             .read_stream(&StreamRef::new(StreamType::Run, run_id))

@@ -18,6 +18,9 @@
 //! A run with work in flight stays held: its lease is renewed every third of the lease
 //! time. If the lease is lost (the worker stalled), the run is dropped here and its
 //! late outcomes are ignored; the new holder restarts the attempt with the same key.
+//! A worker that stalled so long that another claimed the run meanwhile finds out at
+//! its next commit at the latest: every claim carries an epoch, the commit fences on
+//! it (`StoreTx::fence`), and the stale holder's writes for that run are refused.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -33,7 +36,7 @@ use crate::domain::run::Run;
 use crate::engine::{self, CompensationOutcome, Effect, StepOutcome};
 use crate::log::StreamType;
 use crate::runners::Runners;
-use crate::store::{EventStore, Release, domain_io};
+use crate::store::{EventStore, Lease, Release, domain_io};
 use crate::telemetry;
 use crate::workflow::model::Workflow;
 
@@ -87,6 +90,9 @@ impl WorkerConfig {
 
 /// A run this worker holds.
 pub(super) struct Held {
+    /// The epoch of this worker's claim: its writes count only while the run's row
+    /// still carries it.
+    pub epoch: i64,
     pub run: Run,
     pub version: i64,
     pub definition: Arc<Workflow>,
@@ -95,6 +101,9 @@ pub(super) struct Held {
     pub compensations: Vec<CompensationOutcome>,
     /// Something new to decide on.
     pub dirty: bool,
+    /// A commit for this run failed without saying whether it happened (the
+    /// connection died): read the run again before deciding.
+    pub stale: bool,
     /// The run's trace: the `traceparent` of its first event, as recorded and parsed.
     pub trace: Option<String>,
     pub parent: telemetry::Parent,
@@ -107,9 +116,10 @@ pub(super) enum Report {
 }
 
 /// Give a run back to be tried again in a minute (it could not be loaded or decided).
-fn retry_later(run_id: &str, version: i64, now: DateTime<Utc>) -> Release {
+fn retry_later(run_id: &str, epoch: i64, version: i64, now: DateTime<Utc>) -> Release {
     Release {
         run_id: run_id.to_string(),
+        epoch,
         due_at: Some(now + chrono::Duration::minutes(1)),
         version,
         finished: false,
@@ -226,8 +236,14 @@ impl Worker {
             let Some(h) = held.get_mut(run_id) else {
                 continue;
             };
-            h.dirty = false;
+            if h.stale {
+                let (run, version) = self.reload(run_id).await?;
+                h.run = run;
+                h.version = version;
+                h.stale = false;
+            }
             let external = self.external_outcomes(h).await?;
+            h.dirty = false;
             h.outcomes.extend(external);
             match self.decide(run_id, h, now).await {
                 Ok(d) => decided.push(d),
@@ -236,7 +252,7 @@ impl Worker {
                     // to be tried again later rather than hold it forever.
                     tracing::error!(run = %run_id, error = %e, "cannot decide for run; retrying in a minute");
                     if h.in_flight.is_empty() {
-                        refused.push(retry_later(run_id, h.version, now));
+                        refused.push(retry_later(run_id, h.epoch, h.version, now));
                     }
                 }
             }
@@ -244,7 +260,19 @@ impl Worker {
         for r in &refused {
             held.remove(&r.run_id);
         }
-        self.commit(held, decided, refused, done_tx, now).await?;
+        if let Err(e) = self.commit(held, decided, refused, done_tx, now).await {
+            // Written or not, nobody knows (the connection may have died during the
+            // commit): read these runs again before deciding for them. Outcomes the
+            // decision carried are in the log if it was written; if not, their
+            // attempts are started again with the same key (at least once).
+            for run_id in &dirty {
+                if let Some(h) = held.get_mut(run_id) {
+                    h.stale = true;
+                    h.dirty = true;
+                }
+            }
+            return Err(e);
+        }
         Ok(true)
     }
 
@@ -269,18 +297,20 @@ impl Worker {
             return Ok(());
         }
         telemetry::runs_claimed(claimed.len());
-        let claimed: Vec<String> = claimed
+        let claimed: Vec<Lease> = claimed
             .into_iter()
-            .filter(|id| !held.contains_key(id))
+            .filter(|l| !held.contains_key(&l.run_id))
             .collect();
-        let streams = self.store.read_streams(StreamType::Run, &claimed).await?;
-        for run_id in claimed {
+        let ids: Vec<String> = claimed.iter().map(|l| l.run_id.clone()).collect();
+        let streams = self.store.read_streams(StreamType::Run, &ids).await?;
+        for Lease { run_id, epoch } in claimed {
             let events = streams.get(&run_id).map(Vec::as_slice).unwrap_or_default();
             match self.load(events).await {
                 Ok((run, version, definition)) => {
                     held.insert(
                         run_id,
                         Held {
+                            epoch,
                             run,
                             version,
                             definition,
@@ -288,6 +318,7 @@ impl Worker {
                             outcomes: Vec::new(),
                             compensations: Vec::new(),
                             dirty: true,
+                            stale: false,
                             trace: events.first().and_then(|e| e.metadata.traceparent.clone()),
                             parent: telemetry::Parent::parse(
                                 events
@@ -303,7 +334,7 @@ impl Worker {
                     let mut tx = self.store.begin().await?;
                     tx.release_runs(
                         &self.config.owner,
-                        &[retry_later(&run_id, version, now)],
+                        &[retry_later(&run_id, epoch, version, now)],
                         now,
                     )
                     .await?;
@@ -412,12 +443,18 @@ impl Worker {
         if held.is_empty() {
             return;
         }
-        let ids: Vec<String> = held.keys().cloned().collect();
+        let leases: Vec<Lease> = held
+            .iter()
+            .map(|(id, h)| Lease {
+                run_id: id.clone(),
+                epoch: h.epoch,
+            })
+            .collect();
         let until =
             (self.clock)() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
         match self
             .store
-            .renew_leases(&self.config.owner, &ids, until)
+            .renew_leases(&self.config.owner, &leases, until)
             .await
         {
             Ok(kept) => {
@@ -426,7 +463,7 @@ impl Worker {
                     let keep = kept.contains(id);
                     if !keep {
                         tracing::warn!(run = %id, "lease lost; another worker took the run over");
-                        telemetry::lease_lost();
+                        telemetry::lease_lost(telemetry::LeaseLost::Renewal);
                     }
                     keep
                 });
@@ -444,6 +481,7 @@ impl Worker {
             .iter()
             .map(|(id, h)| Release {
                 run_id: id.clone(),
+                epoch: h.epoch,
                 due_at: Some(now),
                 version: h.version,
                 finished: h.run.is_terminal(),

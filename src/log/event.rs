@@ -130,6 +130,11 @@ pub struct Metadata {
     /// carries its trace: every worker puts the run's steps under it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The command that wrote this event: every event of one command carries it, so
+    /// a command tried again after an unknown outcome (its connection died during the
+    /// commit) can see that it was recorded, and is recorded once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_id: Option<Uuid>,
 }
 
 impl Metadata {

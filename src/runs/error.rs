@@ -60,7 +60,8 @@ impl Classified for RunsError {
             Self::Inputs(_) | Self::Invalid(_) => ErrorKind::Invalid,
             Self::Run(_) | Self::Task(_) | Self::IdempotencyMismatch { .. } => ErrorKind::Conflict,
             Self::Busy(_) => ErrorKind::Unavailable,
-            Self::Engine(_) | Self::Corrupt { .. } | Self::Projection(_) => ErrorKind::Internal,
+            Self::Engine(_) | Self::Corrupt { .. } => ErrorKind::Internal,
+            Self::Projection(e) => e.kind(),
             Self::Query(e) => e.kind(),
             Self::Store(e) => e.kind(),
         }
@@ -78,7 +79,7 @@ impl Classified for RunsError {
             Self::Busy(_) => "busy",
             Self::Engine(_) => "engine_error",
             Self::Corrupt { .. } => "corrupt",
-            Self::Projection(_) => "projection_error",
+            Self::Projection(e) => e.code(),
             Self::Query(e) => e.code(),
             Self::Store(e) => e.code(),
         }

@@ -21,9 +21,11 @@ mod extract;
 pub mod mcp;
 mod observe;
 pub mod openapi;
+pub mod origin;
 pub mod rest;
 pub mod routes;
 pub mod sampler;
+pub mod waits;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -62,6 +64,8 @@ pub struct AppState {
     pub openapi: Arc<serde_json::Value>,
     /// `/ready` fails when a projection is more events behind the log than this.
     pub ready_max_lag: i64,
+    /// Long polls open per token.
+    pub waits: waits::WaitSlots,
 }
 
 /// How the server runs.
@@ -81,6 +85,10 @@ pub struct ServeConfig {
     pub metrics_bind: Option<SocketAddr>,
     /// `/ready` fails when a projection is more events behind the log than this.
     pub ready_max_lag: i64,
+    /// The most `wait_for_prompt` calls one token may have open at once.
+    pub max_waits_per_token: usize,
+    /// Browser origins allowed to call `/mcp` besides loopback ones.
+    pub allowed_origins: origin::AllowedOrigins,
 }
 
 impl ServeConfig {
@@ -94,6 +102,8 @@ impl ServeConfig {
             worker: None,
             metrics_bind: None,
             ready_max_lag: 10_000,
+            max_waits_per_token: 4,
+            allowed_origins: origin::AllowedOrigins::default(),
         }
     }
 }
@@ -183,6 +193,7 @@ pub async fn start(
         auth_on,
         openapi: Arc::new(openapi::document(&routes())),
         ready_max_lag: config.ready_max_lag,
+        waits: waits::WaitSlots::new(config.max_waits_per_token),
     };
     let mcp_stop = CancellationToken::new();
     let app = router(state, mode, &config, mcp_stop.clone());
@@ -295,6 +306,11 @@ pub fn router(
         .fallback(not_found)
         .with_state(state)
         .layer(middleware::from_fn_with_state(auth, authenticate))
+        // Before the token check: a page from another origin gets 403 whatever it sends.
+        .layer(middleware::from_fn_with_state(
+            Arc::new(config.allowed_origins.clone()),
+            origin::check,
+        ))
         .layer(middleware::from_fn(move |req: Request, next: Next| {
             limit_time(req, next, timeout)
         }))

@@ -12,14 +12,23 @@
 //! - a decision refused on a cached state is decided again on the stream as stored
 //!   before the refusal is reported (a cache may be behind another process's write);
 //! - runs named by the `wakes` function (of the state after the events) get a wake-up
-//!   row in the same transaction as the events, so no wake-up is lost.
+//!   row in the same transaction as the events, so no wake-up is lost;
+//! - every event of a command carries its id (`Metadata::command_id`). When the
+//!   connection dies around the commit, whether the events were written is unknown:
+//!   the command reloads the stream and, if its own events are there, it was
+//!   recorded and is done; if not, it is decided again. A command tried again under
+//!   the same id ([`Command::with_id`]) is recorded once in the same way.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use cqrs_es::Aggregate;
+use uuid::Uuid;
 
 use crate::log::{Metadata, StreamRef};
 use crate::telemetry;
 
+use super::error::is_unreachable;
 use super::{EventStore, StoreError, domain_io};
 
 /// How many times a decision is made again when another writer got there first.
@@ -34,6 +43,9 @@ pub struct Executed<A> {
     pub version: i64,
     /// How many events were appended (0: the decision changed nothing).
     pub appended: usize,
+    /// The command's events were already in the stream (an earlier try under the
+    /// same id was recorded): nothing was decided or appended this time.
+    pub already_recorded: bool,
 }
 
 /// Why a command did not happen. Nothing was appended in any case.
@@ -58,23 +70,38 @@ pub struct Command<'a, A: Aggregate> {
     metadata: Metadata,
     cached: Option<(A, i64)>,
     wakes: Option<(DateTime<Utc>, Wakes<'a, A>)>,
+    /// Look for this command's events before deciding (its id was given, or an
+    /// append's outcome is unknown).
+    look_for_own: bool,
 }
 
 impl<'a, A: Aggregate> Command<'a, A> {
     /// A command on `stream`, recorded with `metadata` (its actor at least) and the
     /// trace it runs in.
     pub fn new(store: &'a EventStore, stream: &'a StreamRef, metadata: Metadata) -> Self {
-        let metadata = match metadata.traceparent {
+        let mut metadata = match metadata.traceparent {
             Some(_) => metadata,
             None => metadata.with_trace(telemetry::current_traceparent()),
         };
+        let look_for_own = metadata.command_id.is_some();
+        metadata.command_id.get_or_insert_with(Uuid::now_v7);
         Self {
             store,
             stream,
             metadata,
             cached: None,
             wakes: None,
+            look_for_own,
         }
+    }
+
+    /// Carry the command out under `id`: if the stream already holds events of a
+    /// command with this id (an earlier try that was recorded), it is not decided
+    /// again and [`Executed::already_recorded`] says so.
+    pub fn with_id(mut self, id: Uuid) -> Self {
+        self.metadata.command_id = Some(id);
+        self.look_for_own = true;
+        self
     }
 
     /// Decide first on this state at this version (a cache the caller keeps) instead of
@@ -100,10 +127,23 @@ impl<'a, A: Aggregate> Command<'a, A> {
     where
         D: FnMut(&A) -> Result<Vec<A::Event>, E>,
     {
+        let mut pause = Duration::from_millis(50);
         for _ in 0..ATTEMPTS {
-            let (from_cache, (mut state, version)) = match self.cached.take() {
+            let cached = self.cached.take().filter(|_| !self.look_for_own);
+            let (from_cache, (mut state, version)) = match cached {
                 Some(known) => (true, known),
-                None => (false, self.load().await?),
+                None => {
+                    let (state, version, own) = self.load().await?;
+                    if own > 0 && self.look_for_own {
+                        return Ok(Executed {
+                            state,
+                            version,
+                            appended: own,
+                            already_recorded: true,
+                        });
+                    }
+                    (false, (state, version))
+                }
             };
             let events = match decide(&state) {
                 Ok(events) => events,
@@ -115,6 +155,7 @@ impl<'a, A: Aggregate> Command<'a, A> {
                     state,
                     version,
                     appended: 0,
+                    already_recorded: false,
                 });
             }
             for e in &events {
@@ -123,21 +164,46 @@ impl<'a, A: Aggregate> Command<'a, A> {
             match self.append(version, &events, &state).await {
                 Ok(()) => {}
                 Err(StoreError::Conflict { .. }) => continue,
+                Err(StoreError::Database { source, context }) if is_unreachable(&source) => {
+                    // Written or not: look before deciding again.
+                    tracing::warn!(
+                        stream = %self.stream,
+                        command = ?self.metadata.command_id,
+                        error = %source,
+                        "the connection failed while {context}; looking whether the command was recorded"
+                    );
+                    self.look_for_own = true;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                    continue;
+                }
                 Err(e) => return Err(CommandError::Store(e)),
             }
             return Ok(Executed {
                 state,
                 version: version + events.len() as i64,
                 appended: events.len(),
+                already_recorded: false,
             });
         }
         Err(CommandError::Busy(self.stream.clone()))
     }
 
-    async fn load<E>(&self) -> Result<(A, i64), CommandError<E>> {
-        domain_io::load::<A>(self.store, self.stream)
+    /// The stream's state and version, and how many of its events this command wrote.
+    async fn load<E>(&self) -> Result<(A, i64, usize), CommandError<E>> {
+        let events = self
+            .store
+            .read_stream(self.stream)
             .await
-            .map_err(CommandError::Store)
+            .map_err(CommandError::Store)?;
+        let own = events
+            .iter()
+            .filter(|e| {
+                e.metadata.command_id.is_some() && e.metadata.command_id == self.metadata.command_id
+            })
+            .count();
+        let (state, version) = domain_io::fold::<A>(&events).map_err(CommandError::Store)?;
+        Ok((state, version, own))
     }
 
     /// Append `events` at `version`, with the wake-ups of `after` in one transaction

@@ -81,6 +81,7 @@ impl Classified for StoreError {
         match self {
             StoreError::Conflict { .. } | StoreError::Refused(_) => ErrorKind::Conflict,
             StoreError::Unavailable(_) => ErrorKind::Unavailable,
+            StoreError::Database { source, .. } if is_unreachable(source) => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
         }
     }
@@ -90,7 +91,27 @@ impl Classified for StoreError {
             StoreError::Conflict { .. } => "conflict",
             StoreError::Refused(_) => "refused",
             StoreError::Unavailable(_) => "store_unavailable",
+            StoreError::Database { source, .. } if is_unreachable(source) => "store_unavailable",
             _ => "store_error",
         }
+    }
+}
+
+/// Whether `e` says the database cannot be reached now (down, restarting, the
+/// connection cut, no connection free in time), rather than that a statement failed:
+/// a caller should try again later (503), not report a fault of awl (500).
+pub(crate) fn is_unreachable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        // SQLSTATE class 08 (connection exception) and 57P01..57P03 (the server is
+        // shutting down, crashed or starting up).
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || matches!(&*c, "57P01" | "57P02" | "57P03")),
+        _ => false,
     }
 }

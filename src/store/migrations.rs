@@ -44,6 +44,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "projection state",
         include_str!("../../migrations/postgres/0007_projection_state.sql"),
     ),
+    (
+        8,
+        "run wakeups epoch",
+        include_str!("../../migrations/postgres/0008_run_wakeups_epoch.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -81,6 +86,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         7,
         "projection state",
         include_str!("../../migrations/sqlite/0007_projection_state.sql"),
+    ),
+    (
+        8,
+        "run wakeups epoch",
+        include_str!("../../migrations/sqlite/0008_run_wakeups_epoch.sql"),
     ),
 ];
 

@@ -42,7 +42,7 @@ pub use location::{DEFAULT_SQLITE_PATH, StoreLocation, redact};
 pub use tail::TAIL_PAGE;
 pub use tokens::TokenRecord;
 pub use tx::{StoreTx, TxConnection};
-pub use wakeups::Release;
+pub use wakeups::{Lease, Release};
 
 /// How a store is opened.
 #[derive(Debug, Clone)]

@@ -27,6 +27,14 @@ pub(crate) const CHANNEL: &str = "awl_events";
 
 const COLUMNS: &str = "position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at";
 
+/// How long a caller waits for a connection before the store says it is unavailable
+/// (a 503 to an API caller): long enough to ride out a burst, short enough that a
+/// request made while the database is down gets an answer, not a hang.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A pooled connection idle this long is pinged before it is handed out.
+const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
+
 #[derive(Clone)]
 pub(crate) struct PgBackend {
     pool: PgPool,
@@ -41,10 +49,21 @@ impl PgBackend {
             })?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             // A broken connection fails its query and is replaced; pinging every
-            // connection on every acquire would add a round trip to each append.
+            // connection on every acquire would add a round trip to each append. Only
+            // one that sat idle for a while is pinged first: after a database restart
+            // those are the ones left broken in the pool, and a request must not fail
+            // on one when a fresh connection would do.
             .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for < PING_IDLE_AFTER {
+                        return Ok(true);
+                    }
+                    Ok(sqlx::Connection::ping(conn).await.is_ok())
+                })
+            })
             .connect_with(options)
             .await
             .map_err(StoreError::db(format!(

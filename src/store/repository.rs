@@ -144,10 +144,17 @@ fn to_new_event(event: &SerializedEvent) -> Result<NewEvent, PersistenceError> {
                     })?)
             }
             "trace_id" => metadata.trace_id = Some(value),
+            "command_id" => {
+                metadata.command_id = Some(
+                    value
+                        .parse()
+                        .map_err(|_| bad(format!("metadata command_id {value:?} is not a UUID")))?,
+                )
+            }
             "traceparent" => metadata.traceparent = Some(value),
             other => {
                 return Err(bad(format!(
-                    "unsupported metadata key {other:?} (expected actor, correlation_id, causation_id, trace_id, traceparent)"
+                    "unsupported metadata key {other:?} (expected actor, correlation_id, causation_id, trace_id, traceparent, command_id)"
                 )));
             }
         }

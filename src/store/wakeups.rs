@@ -14,16 +14,36 @@
 //! claim; migration 0004) and the run's stream is still at the version the worker
 //! decided on; otherwise the run is due at once. The flag is on the row the release
 //! updates, so a wake-up committed while the release waits for that row is seen too.
+//!
+//! Fencing (migration 0008): every claim takes the next `lease_epoch` of the row and
+//! returns it in a [`Lease`]. A worker paused past its lease may come back after
+//! another worker claimed the run; before it writes anything for a run, its commit
+//! calls [`StoreTx::fence`], which locks the run's row and keeps only the runs whose
+//! row still carries the worker's epoch. The lock holds until the commit, so no claim
+//! can slip in between the check and the write (claims skip locked rows). Releases
+//! and renewals match the epoch too: a stale holder can neither write, give back nor
+//! keep a run.
 
 use chrono::{DateTime, Utc};
 
 use super::tx::{StoreTx, TxConnection};
 use super::{EventStore, StoreError, backend::Backend};
 
+/// A run claimed by a worker, with the fencing token of that claim.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Lease {
+    pub run_id: String,
+    /// Taken by the claim: one more than the row's previous claim.
+    pub epoch: i64,
+}
+
 /// Giving a run back after deciding on it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Release {
     pub run_id: String,
+    /// The epoch of the claim being given back: a release by a stale holder does
+    /// nothing.
+    pub epoch: i64,
     /// When the run is due next, if nothing else happens.
     pub due_at: Option<DateTime<Utc>>,
     /// The version of the run's stream the decision was made on (after its own
@@ -89,9 +109,14 @@ impl StoreTx {
         match self.connection() {
             TxConnection::Postgres(c) => {
                 let ids: Vec<&str> = finished.iter().map(|r| r.run_id.as_str()).collect();
-                sqlx::query("DELETE FROM run_wakeups WHERE run_id = ANY($1) AND lease_owner = $2")
+                let epochs: Vec<i64> = finished.iter().map(|r| r.epoch).collect();
+                sqlx::query(
+                    "DELETE FROM run_wakeups w USING unnest($1::text[], $3::int8[]) AS r(run_id, epoch) \
+                      WHERE w.run_id = r.run_id AND w.lease_epoch = r.epoch AND w.lease_owner = $2",
+                )
                     .bind(&ids)
                     .bind(owner)
+                    .bind(&epochs)
                     .execute(&mut *c)
                     .await
                     .map_err(StoreError::db(
@@ -100,6 +125,7 @@ impl StoreTx {
                 let ids: Vec<&str> = open.iter().map(|r| r.run_id.as_str()).collect();
                 let due: Vec<Option<DateTime<Utc>>> = open.iter().map(|r| r.due_at).collect();
                 let versions: Vec<i64> = open.iter().map(|r| r.version).collect();
+                let epochs: Vec<i64> = open.iter().map(|r| r.epoch).collect();
                 sqlx::query(
                     "UPDATE run_wakeups w SET \
                        due_at = CASE WHEN NOT w.woken AND COALESCE((SELECT e.version FROM events e \
@@ -107,28 +133,34 @@ impl StoreTx {
                                    ORDER BY e.version DESC LIMIT 1), 0) = r.version \
                                 THEN r.due ELSE $4 END, \
                        lease_owner = NULL, lease_until = NULL, woken = false \
-                     FROM unnest($1::text[], $2::timestamptz[], $3::int8[]) AS r(run_id, due, version) \
-                     WHERE w.run_id = r.run_id AND w.lease_owner = $5",
+                     FROM unnest($1::text[], $2::timestamptz[], $3::int8[], $6::int8[]) \
+                          AS r(run_id, due, version, epoch) \
+                     WHERE w.run_id = r.run_id AND w.lease_owner = $5 AND w.lease_epoch = r.epoch",
                 )
                 .bind(&ids)
                 .bind(&due)
                 .bind(&versions)
                 .bind(now)
                 .bind(owner)
+                .bind(&epochs)
                 .execute(&mut *c)
                 .await
                 .map_err(StoreError::db("releasing runs"))?;
             }
             TxConnection::Sqlite(c) => {
                 for r in finished {
-                    sqlx::query("DELETE FROM run_wakeups WHERE run_id = ?1 AND lease_owner = ?2")
-                        .bind(&r.run_id)
-                        .bind(owner)
-                        .execute(&mut *c)
-                        .await
-                        .map_err(StoreError::db(
-                            "dropping a finished run from the wake-up queue",
-                        ))?;
+                    sqlx::query(
+                        "DELETE FROM run_wakeups \
+                          WHERE run_id = ?1 AND lease_owner = ?2 AND lease_epoch = ?3",
+                    )
+                    .bind(&r.run_id)
+                    .bind(owner)
+                    .bind(r.epoch)
+                    .execute(&mut *c)
+                    .await
+                    .map_err(StoreError::db(
+                        "dropping a finished run from the wake-up queue",
+                    ))?;
                 }
                 for r in open {
                     sqlx::query(
@@ -138,13 +170,14 @@ impl StoreTx {
                                        ORDER BY e.version DESC LIMIT 1), 0) = ?3 \
                                     THEN ?2 ELSE ?4 END, \
                            lease_owner = NULL, lease_until = NULL, woken = 0 \
-                         WHERE run_id = ?1 AND lease_owner = ?5",
+                         WHERE run_id = ?1 AND lease_owner = ?5 AND lease_epoch = ?6",
                     )
                     .bind(&r.run_id)
                     .bind(r.due_at.map(micros))
                     .bind(r.version)
                     .bind(micros(now))
                     .bind(owner)
+                    .bind(r.epoch)
                     .execute(&mut *c)
                     .await
                     .map_err(StoreError::db("releasing a run"))?;
@@ -153,12 +186,70 @@ impl StoreTx {
         }
         Ok(())
     }
+
+    /// Of `leases`, the runs `owner` still holds under those very claims, their rows
+    /// locked until this transaction ends. A run missing from the answer was claimed
+    /// again by someone else (or given back): nothing may be written for it.
+    pub async fn fence(
+        &mut self,
+        owner: &str,
+        leases: &[Lease],
+    ) -> Result<Vec<String>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sorted: Vec<&Lease> = leases.iter().collect();
+        sorted.sort();
+        let ids: Vec<&str> = sorted.iter().map(|l| l.run_id.as_str()).collect();
+        let epochs: Vec<i64> = sorted.iter().map(|l| l.epoch).collect();
+        match self.connection() {
+            // Rows are locked in run order, so two fences never wait on each other.
+            TxConnection::Postgres(c) => sqlx::query_scalar(
+                "SELECT w.run_id FROM run_wakeups w \
+                   JOIN unnest($1::text[], $2::int8[]) AS l(run_id, epoch) \
+                     ON w.run_id = l.run_id AND w.lease_epoch = l.epoch \
+                  WHERE w.lease_owner = $3 ORDER BY w.run_id FOR UPDATE OF w",
+            )
+            .bind(&ids)
+            .bind(&epochs)
+            .bind(owner)
+            .fetch_all(c)
+            .await
+            .map_err(StoreError::db(
+                "checking the leases of the runs to write for",
+            )),
+            // One writer at a time: nobody can claim between this check and the commit.
+            TxConnection::Sqlite(c) => {
+                let pairs = serde_json::Value::from(
+                    sorted
+                        .iter()
+                        .map(|l| serde_json::json!([l.run_id, l.epoch]))
+                        .collect::<Vec<_>>(),
+                )
+                .to_string();
+                sqlx::query_scalar(
+                    "SELECT w.run_id FROM run_wakeups w \
+                       JOIN json_each(?1) AS l \
+                         ON w.run_id = json_extract(l.value, '$[0]') \
+                        AND w.lease_epoch = json_extract(l.value, '$[1]') \
+                      WHERE w.lease_owner = ?2 ORDER BY w.run_id",
+                )
+                .bind(pairs)
+                .bind(owner)
+                .fetch_all(c)
+                .await
+                .map_err(StoreError::db(
+                    "checking the leases of the runs to write for",
+                ))
+            }
+        }
+    }
 }
 
 impl EventStore {
     /// Claim up to `limit` runs due at `now` that nobody holds (or whose holder's lease
-    /// ran out), leasing them to `owner` until `lease_until`. `only`: claim among
-    /// these runs alone.
+    /// ran out), leasing them to `owner` until `lease_until`, each under a new epoch.
+    /// `only`: claim among these runs alone.
     pub async fn claim_runs(
         &self,
         owner: &str,
@@ -166,16 +257,17 @@ impl EventStore {
         lease_until: DateTime<Utc>,
         limit: i64,
         only: Option<&[String]>,
-    ) -> Result<Vec<String>, StoreError> {
-        match self.backend() {
-            Backend::Postgres(pg) => sqlx::query_scalar(
+    ) -> Result<Vec<Lease>, StoreError> {
+        let rows: Vec<(String, i64)> = match self.backend() {
+            Backend::Postgres(pg) => sqlx::query_as(
                 "WITH due AS ( \
                    SELECT run_id FROM run_wakeups \
                     WHERE due_at <= $3 AND (lease_until IS NULL OR lease_until < $3) \
                       AND ($5::text[] IS NULL OR run_id = ANY($5)) \
                     ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
-                 UPDATE run_wakeups w SET lease_owner = $1, lease_until = $2, woken = false \
-                   FROM due WHERE w.run_id = due.run_id RETURNING w.run_id",
+                 UPDATE run_wakeups w SET lease_owner = $1, lease_until = $2, woken = false, \
+                        lease_epoch = w.lease_epoch + 1 \
+                   FROM due WHERE w.run_id = due.run_id RETURNING w.run_id, w.lease_epoch",
             )
             .bind(owner)
             .bind(lease_until)
@@ -184,18 +276,19 @@ impl EventStore {
             .bind(only)
             .fetch_all(pg.pool())
             .await
-            .map_err(StoreError::db("claiming due runs")),
+            .map_err(StoreError::db("claiming due runs"))?,
             Backend::Sqlite(lite) => {
                 let only = only.map(|ids| serde_json::Value::from(ids.to_vec()).to_string());
-                sqlx::query_scalar(
-                    "UPDATE run_wakeups SET lease_owner = ?1, lease_until = ?2, woken = 0 \
+                sqlx::query_as(
+                    "UPDATE run_wakeups SET lease_owner = ?1, lease_until = ?2, woken = 0, \
+                            lease_epoch = lease_epoch + 1 \
                       WHERE run_id IN ( \
                         SELECT run_id FROM run_wakeups \
                          WHERE due_at IS NOT NULL AND due_at <= ?3 \
                            AND (lease_until IS NULL OR lease_until < ?3) \
                            AND (?5 IS NULL OR run_id IN (SELECT value FROM json_each(?5))) \
                          ORDER BY due_at LIMIT ?4) \
-                     RETURNING run_id",
+                     RETURNING run_id, lease_epoch",
                 )
                 .bind(owner)
                 .bind(micros(lease_until))
@@ -204,43 +297,65 @@ impl EventStore {
                 .bind(only)
                 .fetch_all(lite.writer())
                 .await
-                .map_err(StoreError::db("claiming due runs"))
+                .map_err(StoreError::db("claiming due runs"))?
             }
-        }
+        };
+        Ok(rows
+            .into_iter()
+            .map(|(run_id, epoch)| Lease { run_id, epoch })
+            .collect())
     }
 
-    /// Extend `owner`'s leases on `run_ids`; returns the runs it still holds.
+    /// Extend `owner`'s `leases`; returns the runs it still holds under those claims.
     pub async fn renew_leases(
         &self,
         owner: &str,
-        run_ids: &[String],
+        leases: &[Lease],
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<String>, StoreError> {
-        if run_ids.is_empty() {
+        if leases.is_empty() {
             return Ok(Vec::new());
         }
         match self.backend() {
-            Backend::Postgres(pg) => sqlx::query_scalar(
-                "UPDATE run_wakeups SET lease_until = $3 \
-                  WHERE run_id = ANY($2) AND lease_owner = $1 RETURNING run_id",
-            )
-            .bind(owner)
-            .bind(run_ids)
-            .bind(lease_until)
-            .fetch_all(pg.pool())
-            .await
-            .map_err(StoreError::db("renewing leases")),
-            Backend::Sqlite(lite) => sqlx::query_scalar(
-                "UPDATE run_wakeups SET lease_until = ?3 \
-                  WHERE run_id IN (SELECT value FROM json_each(?2)) AND lease_owner = ?1 \
-                  RETURNING run_id",
-            )
-            .bind(owner)
-            .bind(serde_json::Value::from(run_ids.to_vec()).to_string())
-            .bind(micros(lease_until))
-            .fetch_all(lite.writer())
-            .await
-            .map_err(StoreError::db("renewing leases")),
+            Backend::Postgres(pg) => {
+                let ids: Vec<&str> = leases.iter().map(|l| l.run_id.as_str()).collect();
+                let epochs: Vec<i64> = leases.iter().map(|l| l.epoch).collect();
+                sqlx::query_scalar(
+                    "UPDATE run_wakeups w SET lease_until = $3 \
+                       FROM unnest($2::text[], $4::int8[]) AS l(run_id, epoch) \
+                      WHERE w.run_id = l.run_id AND w.lease_epoch = l.epoch \
+                        AND w.lease_owner = $1 RETURNING w.run_id",
+                )
+                .bind(owner)
+                .bind(&ids)
+                .bind(lease_until)
+                .bind(&epochs)
+                .fetch_all(pg.pool())
+                .await
+                .map_err(StoreError::db("renewing leases"))
+            }
+            Backend::Sqlite(lite) => {
+                let pairs = serde_json::Value::from(
+                    leases
+                        .iter()
+                        .map(|l| serde_json::json!([l.run_id, l.epoch]))
+                        .collect::<Vec<_>>(),
+                )
+                .to_string();
+                sqlx::query_scalar(
+                    "UPDATE run_wakeups SET lease_until = ?3 \
+                      WHERE lease_owner = ?1 AND EXISTS (SELECT 1 FROM json_each(?2) AS l \
+                        WHERE json_extract(l.value, '$[0]') = run_wakeups.run_id \
+                          AND json_extract(l.value, '$[1]') = run_wakeups.lease_epoch) \
+                      RETURNING run_id",
+                )
+                .bind(owner)
+                .bind(pairs)
+                .bind(micros(lease_until))
+                .fetch_all(lite.writer())
+                .await
+                .map_err(StoreError::db("renewing leases"))
+            }
         }
     }
 

@@ -118,7 +118,9 @@ fn describe() {
     describe_counter!(CLAIMS, "Runs claimed by this process's workers.");
     describe_counter!(
         LEASES_LOST,
-        "Runs this process's workers lost to another worker (lease not renewed in time)."
+        "Runs this process's workers lost to another worker (lease not renewed in time), \
+         by where the loss was found: `renewal`, or `commit` (a stale holder's writes \
+         refused by the lease epoch)."
     );
     describe_gauge!(TASKS, "Tasks on the board, by column (status).");
     describe_histogram!(
@@ -173,8 +175,21 @@ pub fn runs_claimed(n: usize) {
     counter!(CLAIMS).increment(n as u64);
 }
 
-pub fn lease_lost() {
-    counter!(LEASES_LOST).increment(1);
+/// Where a worker found that it no longer held a run.
+#[derive(Debug, Clone, Copy)]
+pub enum LeaseLost {
+    /// Renewing its leases.
+    Renewal,
+    /// Committing: its writes for the run were refused (fenced).
+    Commit,
+}
+
+pub fn lease_lost(at: LeaseLost) {
+    let at = match at {
+        LeaseLost::Renewal => "renewal",
+        LeaseLost::Commit => "commit",
+    };
+    counter!(LEASES_LOST, "at" => at).increment(1);
 }
 
 /// Due, unheld wake-ups, and the age of the oldest.

@@ -25,7 +25,7 @@ use awl::definitions;
 use awl::domain::ids::{RunId, StepId};
 use awl::log::{AppendRequest, ExpectedVersion, NewEvent, RecordedEvent, StreamRef, StreamType};
 use awl::runs::Runs;
-use awl::store::{EventStore, Release, StoreLocation};
+use awl::store::{EventStore, Lease, Release, StoreLocation};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use sqlx::Connection;
@@ -880,6 +880,7 @@ pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
     // What a worker that decided on version 1 and appended nothing gives back.
     let unchanged = |id: &str| Release {
         run_id: id.into(),
+        epoch: 1,
         due_at: None,
         version: 1,
         finished: false,
@@ -892,7 +893,7 @@ pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
         .claim_runs("worker", now, later, 10, None)
         .await
         .unwrap();
-    assert_eq!(claimed, vec!["r-1".to_string()]);
+    assert_eq!(claimed, vec![lease("r-1", 1)]);
 
     // The approval: append and wake, not yet committed.
     let mut outside = t.store.begin().await.unwrap();
@@ -959,7 +960,7 @@ pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
         .claim_runs("worker", now, later, 10, Some(&only))
         .await
         .unwrap();
-    assert_eq!(claimed, only.to_vec());
+    assert_eq!(claimed, vec![lease("r-2", 1)]);
     let mut task_ended = t.store.begin().await.unwrap();
     task_ended
         .append(&[AppendRequest::new(
@@ -1281,6 +1282,227 @@ steps:
     assert_eq!(text, "refreshed\n", "the hook ran once, before attempt 2");
 }
 
+// ---------------------------------------------------------------- 12. fencing
+
+fn lease(run_id: &str, epoch: i64) -> Lease {
+    Lease {
+        run_id: run_id.into(),
+        epoch,
+    }
+}
+
+/// A worker whose lease ran out and whose run another worker claimed: its fence,
+/// renewal and release all do nothing, even after it claims the run again under a
+/// later epoch with the same name.
+pub async fn a_stale_holder_is_fenced(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    t.store
+        .append(AppendRequest::new(
+            StreamRef::new(StreamType::Run, "r-1"),
+            ExpectedVersion::NoStream,
+            vec![NewEvent::new("test.happened", 1, serde_json::json!({}))],
+        ))
+        .await
+        .expect("append");
+    let now = Utc::now();
+    let mut tx = t.store.begin().await.unwrap();
+    tx.wake_run("r-1", now).await.unwrap();
+    tx.commit().await.unwrap();
+    let second = chrono::Duration::seconds(1);
+
+    let a = t
+        .store
+        .claim_runs("worker-a", now, now + second, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(a, vec![lease("r-1", 1)], "the first claim");
+    let mut tx = t.store.begin().await.unwrap();
+    assert_eq!(
+        tx.fence("worker-a", &a).await.unwrap(),
+        vec!["r-1".to_string()],
+        "the holder passes its own fence"
+    );
+    tx.commit().await.unwrap();
+
+    // A pauses past its lease; B claims the run.
+    let later = now + second * 2;
+    let b = t
+        .store
+        .claim_runs("worker-b", later, later + second * 30, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        b,
+        vec![lease("r-1", 2)],
+        "the takeover takes the next epoch"
+    );
+
+    // A comes back.
+    let mut tx = t.store.begin().await.unwrap();
+    assert!(
+        tx.fence("worker-a", &a).await.unwrap().is_empty(),
+        "the stale holder is fenced off"
+    );
+    let stale_release = Release {
+        run_id: "r-1".into(),
+        epoch: 1,
+        due_at: None,
+        version: 1,
+        finished: true,
+    };
+    tx.release_runs("worker-a", std::slice::from_ref(&stale_release), later)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(
+        t.store
+            .renew_leases("worker-a", &a, later + second * 30)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the stale holder cannot renew"
+    );
+    let rows = t.store.wakeups().await.unwrap();
+    assert_eq!(
+        rows.iter().find(|r| r.0 == "r-1").and_then(|r| r.2.clone()),
+        Some("worker-b".to_string()),
+        "the stale release left B's claim alone: {rows:?}"
+    );
+
+    // B gives the run back; A claims it again under the same name: only the new epoch
+    // counts.
+    let mut tx = t.store.begin().await.unwrap();
+    tx.release_runs(
+        "worker-b",
+        &[Release {
+            epoch: 2,
+            finished: false,
+            due_at: Some(later),
+            ..stale_release.clone()
+        }],
+        later,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let again = t
+        .store
+        .claim_runs("worker-a", later, later + second * 30, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(again, vec![lease("r-1", 3)]);
+    let mut tx = t.store.begin().await.unwrap();
+    assert!(
+        tx.fence("worker-a", &a).await.unwrap().is_empty(),
+        "epoch 1 stays stale"
+    );
+    assert_eq!(tx.fence("worker-a", &again).await.unwrap().len(), 1);
+    // Postgres: while the fence holds the row, a claim passes it by.
+    if matches!(t.location, StoreLocation::Postgres(_)) {
+        let much_later = later + second * 60;
+        let stolen = t
+            .store
+            .claim_runs("worker-c", much_later, much_later + second, 10, None)
+            .await
+            .unwrap();
+        assert!(
+            stolen.is_empty(),
+            "a fenced row cannot be claimed: {stolen:?}"
+        );
+    }
+    tx.commit().await.unwrap();
+}
+
+/// A worker process stopped (SIGSTOP) while its shell step runs, past its lease;
+/// another worker takes the run over and runs the attempt again; the first worker is
+/// then continued with its step's outcome in hand. Its outcome must not be recorded,
+/// and it must not start the attempt a third time. End to end, this holds by several
+/// means at once (the takeover's own append makes the stale commit conflict, and the
+/// stale worker's next renewal drops the run); the fence itself, which also covers
+/// the window before the new holder has written anything, is pinned down by
+/// `a_stale_holder_is_fenced`.
+pub async fn a_paused_worker_cannot_record_after_a_takeover(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let journal = dir.path().join("journal.txt");
+    let yaml = format!(
+        r#"
+name: fenced
+version: "1.0.0"
+inputs:
+  journal: {{type: string, required: true}}
+steps:
+  - id: slow
+    type: shell
+    script: |
+      echo "start $PPID" >> "$1"
+      sleep 2
+      echo "end $PPID" >> "$1"
+      printf '%s' "$PPID"
+    args: ["{journal}"]
+  - id: after
+    type: tool
+    tool: noop
+"#,
+        journal = journal.display()
+    );
+    let (_, registered) = register(&t.store, dir.path(), "fenced.yaml", &yaml).await;
+    let run = start(&t.store, &registered, &[]).await;
+    let lines = || std::fs::read_to_string(&journal).unwrap_or_default();
+
+    let args = ["--lease-seconds", "1"];
+    let first = worker(&t, dir.path(), "worker-a", &args);
+    let a = first.pid();
+    wait_for(LIMIT, "worker A to start the step", async || {
+        lines().contains(&format!("start {a}")).then_some(())
+    })
+    .await;
+    signal(a, "-STOP");
+    let second = worker(&t, dir.path(), "worker-b", &args);
+    let b = second.pid();
+    wait_for(LIMIT, "worker B to take the run over", async || {
+        lines().contains(&format!("start {b}")).then_some(())
+    })
+    .await;
+    // A's step ends while A is stopped; A is continued with the outcome to report
+    // while B's attempt still runs.
+    wait_for(LIMIT, "worker A's step to end", async || {
+        lines().contains(&format!("end {a}")).then_some(())
+    })
+    .await;
+    signal(a, "-CONT");
+
+    let events = wait_until_finished(&t.store, std::slice::from_ref(&run))
+        .await
+        .remove(&run)
+        .expect("the run's events");
+    // Give A time to do whatever it would do wrong.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let succeeded: Vec<&Value> = for_step(&events, "run.step_succeeded", "slow").collect();
+    assert_eq!(succeeded.len(), 1, "one outcome recorded: {events:#?}");
+    assert_eq!(
+        succeeded[0]["output"]["stdout"],
+        Value::String(b.to_string()),
+        "the outcome recorded is the new holder's (A is {a}, B is {b})"
+    );
+    let starts = lines().lines().filter(|l| l.starts_with("start ")).count();
+    assert_eq!(starts, 2, "A did not start the attempt again:\n{}", lines());
+    let log = std::fs::read_to_string(dir.path().join("worker-a.log")).unwrap_or_default();
+    assert!(
+        log.contains("refused to write for a run another worker claimed")
+            || log.contains("lease lost"),
+        "worker A says it lost the run:\n{log}"
+    );
+}
+
+fn signal(pid: u32, which: &str) {
+    let status = std::process::Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {which} {pid}");
+}
+
 // ---------------------------------------------------------------- registration
 
 // `executor::postgres::NAME` and `executor::sqlite::NAME`.
@@ -1297,4 +1519,6 @@ crate::support::on_both_stores!(
     http_and_notify_steps_run_against_a_server,
     a_stopping_worker_gives_runs_back_within_its_lease,
     a_refresh_auth_hook_runs_before_the_retry,
+    a_stale_holder_is_fenced,
+    a_paused_worker_cannot_record_after_a_takeover,
 );

@@ -19,6 +19,7 @@ mod conformance;
 mod dashboard;
 mod examples;
 mod executor;
+mod faults;
 mod mcp;
 mod observability;
 mod projections;

@@ -9,16 +9,19 @@
 use std::time::{Duration, Instant};
 
 use awl::auth::Role;
-use reqwest::header::{ACCEPT, HOST};
+use awl::clock::system_clock;
+use reqwest::header::{ACCEPT, HOST, ORIGIN};
 use serde_json::{Value, json};
 
-use crate::support::server::{serve, token};
+use crate::support::server::{Api, config, serve, serve_with, token};
 use crate::support::{Backend, TestStore, on_both_stores, within};
 
 on_both_stores!(worker_threads = 2;
     lifecycle_through_the_python_sdk,
     open_sessions_and_waits_do_not_hold_up_shutdown,
     tokens_paths_and_hosts,
+    origins_are_checked_with_auth_on_and_off,
+    long_polls_per_token_are_capped,
 );
 
 pub(crate) const BOTH: &str = "application/json, text/event-stream";
@@ -243,6 +246,162 @@ async fn tokens_paths_and_hosts(backend: Backend) {
         .await
         .expect("send");
     assert_eq!(res.status(), 200, "localhost with auth off");
+    within(15, "the server to stop", server.shutdown())
+        .await
+        .expect("a clean stop");
+}
+
+/// An `initialize` from a browser page at `origin` (`None`: no Origin header, as
+/// non-browser clients send).
+async fn initialize_from(
+    http: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    origin: Option<&str>,
+) -> (reqwest::StatusCode, String) {
+    let mut req = http.post(url).header(ACCEPT, BOTH).json(&initialize());
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    if let Some(origin) = origin {
+        req = req.header(ORIGIN, origin);
+    }
+    let res = req.send().await.expect("send");
+    let status = res.status();
+    (status, res.text().await.expect("body"))
+}
+
+/// The specification's MUST: an `Origin` that is neither loopback nor listed gets 403,
+/// before the token is looked at, with auth on and with auth off.
+async fn origins_are_checked_with_auth_on_and_off(backend: Backend) {
+    let http = reqwest::Client::new();
+    for auth_on in [true, false] {
+        let db = TestStore::new(backend).await;
+        let admin = if auth_on {
+            Some(token(&db.store, "boss", Role::Admin).await)
+        } else {
+            None
+        };
+        let mut cfg = config();
+        cfg.allowed_origins =
+            awl::server::origin::AllowedOrigins::new(&["https://console.example.com".to_string()])
+                .expect("a valid origin");
+        let server = serve_with(&db.store, cfg, system_clock()).await;
+        assert_eq!(server.auth_on, auth_on);
+        let url = format!("http://{}/mcp", server.addr);
+        let port = server.addr.port();
+        for (origin, token, expected) in [
+            (Some("https://evil.example"), admin.as_deref(), 403),
+            (Some("https://evil.example"), None, 403),
+            (Some("null"), admin.as_deref(), 403),
+            (
+                Some("https://console.example.com:8443"),
+                admin.as_deref(),
+                403,
+            ),
+            (None, admin.as_deref(), 200),
+            (
+                Some(&*format!("http://localhost:{port}")),
+                admin.as_deref(),
+                200,
+            ),
+            (Some("https://console.example.com"), admin.as_deref(), 200),
+        ] {
+            let (status, body) = initialize_from(&http, &url, token, origin).await;
+            let expected = if expected == 200 && auth_on && token.is_none() {
+                401
+            } else {
+                expected
+            };
+            assert_eq!(
+                status,
+                expected,
+                "auth {auth_on}, Origin {origin:?}, token {}: {body}",
+                token.is_some()
+            );
+            if expected == 403 {
+                let error: Value = serde_json::from_str(&body).expect("a JSON error");
+                assert_eq!(error["error"]["code"], "origin_not_allowed", "{body}");
+            }
+        }
+        // The REST API is not the MCP endpoint: an Origin there is left to CORS.
+        let (status, _) = Api::of(&server)
+            .call(admin.as_deref(), reqwest::Method::GET, "/health", None)
+            .await;
+        assert_eq!(status, 200);
+        within(15, "the server to stop", server.shutdown())
+            .await
+            .expect("a clean stop");
+    }
+}
+
+/// A token may hold only so many `wait_for_prompt` calls open, over REST and MCP
+/// together; a slot comes back when its wait ends.
+async fn long_polls_per_token_are_capped(backend: Backend) {
+    let db = TestStore::new(backend).await;
+    let agent = token(&db.store, "agent-a", Role::Agent).await;
+    let mut cfg = config();
+    cfg.max_waits_per_token = 2;
+    let server = serve_with(&db.store, cfg, system_clock()).await;
+    let api = Api::of(&server);
+    api.ok(
+        &agent,
+        reqwest::Method::POST,
+        "/api/v1/agents",
+        json!({"capabilities": ["x"]}),
+    )
+    .await;
+    let wait = |secs: f64| {
+        let api = api.clone();
+        let agent = agent.clone();
+        async move {
+            api.call(
+                Some(&agent),
+                reqwest::Method::POST,
+                "/api/v1/agents/agent-a/wait",
+                Some(json!({"timeout_seconds": secs})),
+            )
+            .await
+        }
+    };
+    let first = tokio::spawn(wait(3.0));
+    let second = tokio::spawn(wait(3.0));
+    // Both are open (each holds the board's waiter) before the third is tried.
+    crate::support::wait_for(10, "two waiters", async || {
+        (server.board.waiting() == 2).then_some(())
+    })
+    .await;
+    let started = Instant::now();
+    let (status, body) = wait(3.0).await;
+    assert_eq!(status, 429, "the third wait is refused: {body}");
+    assert_eq!(body["error"]["code"], "too_many_waits", "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once"
+    );
+    // Over MCP too: the same token's slots are shared.
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/mcp", server.addr);
+    let session = open_session(&http, &url, &agent).await;
+    let (status, _, body) = rpc(
+        &http,
+        &url,
+        &agent,
+        Some(&session),
+        call(2, "wait_for_prompt", json!({"timeout_seconds": 1})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("\"isError\":true") && body.contains("too_many_waits"),
+        "{body}"
+    );
+    for handle in [first, second] {
+        let (status, body) = handle.await.expect("the wait");
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = wait(0.2).await;
+    assert_eq!(status, 200, "slots came back: {body}");
     within(15, "the server to stop", server.shutdown())
         .await
         .expect("a clean stop");

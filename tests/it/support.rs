@@ -4,6 +4,7 @@
 //! events.
 
 pub mod cli;
+pub mod cluster;
 pub mod events;
 pub mod proxy;
 pub mod server;

@@ -26,6 +26,11 @@
 //! - Hosts. rmcp checks the `Host` header against DNS rebinding. With auth off the
 //!   server listens on loopback only and only loopback names are accepted; with auth
 //!   on any host is (a page that rebinds a name to the server has no token).
+//!   Before either, `server::origin` refuses (403) any request whose `Origin` is
+//!   neither loopback nor listed, with auth on or off, as the specification requires.
+//! - Long polls. A token holds at most a few `wait_for_prompt` calls open at once
+//!   (`server::waits`, shared with REST), and the longest wait stays below the 60 s
+//!   after which common MCP clients give up.
 //! - Shutdown. The server's stop cancels rmcp's token, which ends every session and
 //!   its open streams, so graceful shutdown is not held up by idle MCP clients.
 

@@ -66,11 +66,15 @@ impl AwlMcp {
         let who = require(&ctx, Permission::Work, "wait_for_prompt")?;
         let agent = acting_agent(&who, p.agent_id.as_deref())?;
         let timeout = wait_timeout(p.timeout_seconds)?;
+        let slot = self.app.waits.take(&who.name)?;
         let started = Instant::now();
         let board = self.app.board.clone();
         // Its own task: dropping this call (the client left) must not cut a
-        // reservation in half.
-        let waiting = tokio::spawn(async move { board.wait_for_prompt(&agent, timeout).await });
+        // reservation in half. The slot goes with the wait, not with the call.
+        let waiting = tokio::spawn(async move {
+            let _slot = slot;
+            board.wait_for_prompt(&agent, timeout).await
+        });
         let task = wait_reporting_progress(waiting, &ctx, started).await?;
         Ok(Json(WaitResult {
             task,

@@ -1,11 +1,16 @@
 //! A TCP proxy between awl and its database that a test can cut and restore: cut, it
 //! drops every connection and closes new ones at once, as an unreachable database
-//! would; restored, it forwards again.
+//! would; restored, it forwards again. Armed with a marker ([`Proxy::cut_after`]), it
+//! forwards the next client message that contains it to the database, lets the
+//! database answer, and drops the connection before the answer reaches the client:
+//! the client cannot know whether, say, its `COMMIT` happened.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -13,6 +18,9 @@ pub struct Proxy {
     pub addr: SocketAddr,
     open: Arc<AtomicBool>,
     cuts: watch::Sender<u64>,
+    marker: Arc<Mutex<Option<Vec<u8>>>>,
+    /// How many connections were dropped after a marker.
+    pub marker_cuts: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -25,9 +33,13 @@ impl Proxy {
         let addr = listener.local_addr().expect("the proxy's address");
         let open = Arc::new(AtomicBool::new(true));
         let (cuts, _) = watch::channel(0u64);
+        let marker: Arc<Mutex<Option<Vec<u8>>>> = Arc::default();
+        let marker_cuts = Arc::new(AtomicUsize::new(0));
         let task = {
             let open = open.clone();
             let cuts = cuts.clone();
+            let marker = marker.clone();
+            let marker_cuts = marker_cuts.clone();
             tokio::spawn(async move {
                 while let Ok((client, _)) = listener.accept().await {
                     if !open.load(Ordering::SeqCst) {
@@ -35,13 +47,14 @@ impl Proxy {
                         continue;
                     }
                     let mut cut = cuts.subscribe();
+                    let marker = marker.clone();
+                    let marker_cuts = marker_cuts.clone();
                     tokio::spawn(async move {
-                        let Ok(mut server) = TcpStream::connect(target).await else {
+                        let Ok(server) = TcpStream::connect(target).await else {
                             return;
                         };
-                        let mut client = client;
                         tokio::select! {
-                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                            _ = pump(client, server, marker, marker_cuts) => {}
                             _ = cut.changed() => {}
                         }
                     });
@@ -52,8 +65,16 @@ impl Proxy {
             addr,
             open,
             cuts,
+            marker,
+            marker_cuts,
             task,
         }
+    }
+
+    /// Drop the next connection whose client sends `marker`, after the database got
+    /// the message and before its answer reaches the client (once).
+    pub fn cut_after(&self, marker: &[u8]) {
+        *self.marker.lock().expect("the marker") = Some(marker.to_vec());
     }
 
     /// Drop every connection and refuse new ones.
@@ -65,6 +86,73 @@ impl Proxy {
     /// Forward again.
     pub fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Forward both ways until either side closes, or until the client sends the armed
+/// marker: then the server's answers stop being forwarded and, once the server has
+/// had time to act on the message, both sides are dropped.
+async fn pump(
+    client: TcpStream,
+    server: TcpStream,
+    marker: Arc<Mutex<Option<Vec<u8>>>>,
+    marker_cuts: Arc<AtomicUsize>,
+) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let swallow = Arc::new(AtomicBool::new(false));
+    let upstream = {
+        let swallow = swallow.clone();
+        async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match client_read.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let hit = {
+                    let mut armed = marker.lock().expect("the marker");
+                    let hit = armed
+                        .as_ref()
+                        .is_some_and(|m| buf[..n].windows(m.len()).any(|w| w == m.as_slice()));
+                    if hit {
+                        *armed = None;
+                        swallow.store(true, Ordering::SeqCst);
+                    }
+                    hit
+                };
+                if server_write.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+                if hit {
+                    // Let the database carry the message out, then drop the line.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    marker_cuts.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+            }
+        }
+    };
+    let downstream = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match server_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if swallow.load(Ordering::SeqCst) {
+                continue;
+            }
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    // Either side closing (or a marker) ends the connection: dropping the halves
+    // closes the other side too.
+    tokio::select! {
+        _ = upstream => {}
+        _ = downstream => {}
     }
 }
 

@@ -78,6 +78,7 @@ pub fn free_port() -> u16 {
 }
 
 /// A client of the API at one base URL.
+#[derive(Clone)]
 pub struct Api {
     pub base: String,
     pub http: reqwest::Client,
