@@ -22,7 +22,8 @@
 //!   perform) and [`runners`] (one attempt of a step: shell, http, database, notify,
 //!   built-in tools);
 //! - interfaces: [`server`] (`awl serve`: REST, MCP, live streams, the dashboard) and
-//!   [`cli`] (the `awl` command).
+//!   [`cli`] (the `awl` command);
+//! - [`check`]: verifying a store's log (`awl check`).
 //!
 //! See `ARCHITECTURE.md` at the root of the repository for the code map, who may use
 //! whom, the invariants that hold across modules and the main decisions.
@@ -31,6 +32,7 @@
 
 pub mod auth;
 pub mod board;
+pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod definitions;

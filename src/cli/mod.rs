@@ -7,6 +7,7 @@
 mod answer;
 mod approve;
 mod cancel;
+mod check;
 mod client;
 mod common;
 mod events;
@@ -90,6 +91,9 @@ enum Command {
     Token(tokens::TokenCommand),
     /// Check workflow files: every problem, with file, line, column and field.
     Validate(validate::ValidateArgs),
+    /// Verify the store's log: stream versions, one outcome per step attempt, gate
+    /// decisions; every problem with its stream and position.
+    Check(check::CheckArgs),
     /// Print the JSON Schema of workflow files (for editors).
     Schema,
 }
@@ -196,6 +200,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             review::review(store, command).await
         }
         Command::Token(command) => tokens::run(open(&location, true).await?, command).await,
+        Command::Check(args) => check::check(open(&location, false).await?, args).await,
         Command::Projections(command) => {
             projections::run(open(&location, true).await?, command).await
         }

@@ -1493,6 +1493,8 @@ steps:
             || log.contains("lease lost"),
         "worker A says it lost the run:\n{log}"
     );
+    let check = awl(&t).ok(&["check"]).await;
+    assert!(check.contains("no problems"), "awl check: {check}");
 }
 
 fn signal(pid: u32, which: &str) {

@@ -26,6 +26,7 @@ use crate::support::{Backend, TestStore, on_both_stores, poll, wait_for, within}
 
 on_both_stores!(worker_threads = 4;
     a_command_tried_again_under_its_id_is_recorded_once,
+    awl_check_names_what_is_wrong_and_where,
 );
 
 const LIMIT: u64 = 90;
@@ -230,6 +231,14 @@ async fn a_database_crash_loses_no_acknowledged_write() {
     })
     .await;
     assert_eq!(status, "SUCCEEDED");
+    // The log as a whole is sound.
+    let report = awl.ok(&["check", "--json"]).await;
+    let report: Value = serde_json::from_str(report.trim()).expect("the report");
+    assert_eq!(
+        report["findings"],
+        json!([]),
+        "awl check after the crash: {report}"
+    );
 }
 
 const TIMED: &str = r#"
@@ -424,4 +433,48 @@ async fn a_command_tried_again_under_its_id_is_recorded_once(backend: Backend) {
     assert_eq!(of_type(&events, "run.started").count(), 1);
     assert!(events.iter().all(|e| e.metadata.command_id == Some(id)));
     drop(runs);
+}
+
+/// `awl check` over a log with a step attempt that has two outcomes and a stream with
+/// a hole: exit status 1, and each problem with its stream, position and rule.
+async fn awl_check_names_what_is_wrong_and_where(backend: Backend) {
+    use awl::log::{AppendRequest, ExpectedVersion, NewEvent};
+    let t = TestStore::new(backend).await;
+    let awl = Awl::bounded(&t.location, 60);
+    let clean = awl.ok(&["check"]).await;
+    assert!(clean.contains("no problems"), "{clean}");
+
+    let at = "2026-11-24T00:00:00Z";
+    let run = "01a20e6b-8945-711b-9472-ef7063836890";
+    let event = |ty: &str, payload: Value| NewEvent::new(ty, 1, payload);
+    let started =
+        json!({"step_id": "a", "attempt": 1, "idempotency_key": "k", "timeout_at": null, "at": at});
+    let succeeded = json!({"step_id": "a", "attempt": 1, "output": {}, "cost_usd": null, "tokens": null, "at": at});
+    t.store
+        .append(AppendRequest::new(
+            StreamRef::new(StreamType::Run, run),
+            ExpectedVersion::NoStream,
+            vec![
+                event("run.step_started", started),
+                event("run.step_succeeded", succeeded.clone()),
+                event("run.step_succeeded", succeeded),
+            ],
+        ))
+        .await
+        .expect("append");
+    let out = awl.output(&["check"]).await;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!out.status.success(), "a problem fails the check: {text}");
+    assert!(
+        text.contains(&format!("run/{run} at position 3"))
+            && text.contains("second outcome")
+            && text.contains("(outcome_twice)")
+            && text.contains("1 problem"),
+        "{text}"
+    );
+    let json_out = awl.output(&["check", "--json"]).await;
+    let report: Value = serde_json::from_slice(&json_out.stdout).expect("JSON");
+    assert_eq!(report["events"], 3);
+    assert_eq!(report["findings"][0]["rule"], "outcome_twice");
+    assert_eq!(report["findings"][0]["position"], 3);
 }
