@@ -207,11 +207,18 @@ impl PgBackend {
     /// Follow `awl_events` notifications and bump `wake` for every one, reconnecting
     /// when the connection drops. Runs until aborted.
     pub(crate) async fn listen(self, wake: watch::Sender<u64>) {
-        let mut backoff = Duration::from_millis(100);
+        const FIRST: Duration = Duration::from_millis(100);
+        let mut backoff = FIRST;
         loop {
-            match self.listen_once(&wake).await {
-                Ok(()) => backoff = Duration::from_millis(100),
+            let mut listening = false;
+            match self.listen_once(&wake, &mut listening).await {
+                Ok(()) => backoff = FIRST,
                 Err(e) => {
+                    // A connection that was listening and got cut is made again at
+                    // once; only failing to connect backs off.
+                    if listening {
+                        backoff = FIRST;
+                    }
                     tracing::warn!(error = %e, "event notification listener failed; reconnecting");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -222,9 +229,14 @@ impl PgBackend {
         }
     }
 
-    async fn listen_once(&self, wake: &watch::Sender<u64>) -> Result<(), sqlx::Error> {
+    async fn listen_once(
+        &self,
+        wake: &watch::Sender<u64>,
+        listening: &mut bool,
+    ) -> Result<(), sqlx::Error> {
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen(CHANNEL).await?;
+        *listening = true;
         // Anything appended before LISTEN took effect must be read too.
         wake.send_modify(|n| *n += 1);
         while listener.try_recv().await?.is_some() {

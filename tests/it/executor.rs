@@ -1420,7 +1420,7 @@ pub async fn a_stale_holder_is_fenced(backend: Backend) {
 /// means at once (the takeover's own append makes the stale commit conflict, and the
 /// stale worker's next renewal drops the run); the fence itself, which also covers
 /// the window before the new holder has written anything, is pinned down by
-/// `a_stale_holder_is_fenced`.
+/// `a_stale_holder_is_fenced` and `a_worker_cannot_record_for_a_run_claimed_away`.
 pub async fn a_paused_worker_cannot_record_after_a_takeover(backend: Backend) {
     let t = TestStore::new(backend).await;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -1497,6 +1497,105 @@ steps:
     assert!(check.contains("no problems"), "awl check: {check}");
 }
 
+/// The fence itself, deterministically: while worker A runs a step, another claimant
+/// takes the run over (a claim made as if A's lease had run out; A's next renewal is
+/// seconds away) and writes nothing. A's commit of the step's outcome must be refused
+/// and leave the log untouched; once the claimant gives the run back, the attempt is
+/// run again under the same key and recorded once.
+pub async fn a_worker_cannot_record_for_a_run_claimed_away(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let journal = dir.path().join("journal.txt");
+    let yaml = format!(
+        r#"
+name: claimed-away
+version: "1.0.0"
+steps:
+  - id: slow
+    type: shell
+    script: |
+      echo "start $AWL_IDEMPOTENCY_KEY" >> "$1"
+      sleep 1.5
+      echo "end $AWL_IDEMPOTENCY_KEY" >> "$1"
+    args: ["{journal}"]
+  - id: after
+    type: tool
+    tool: noop
+"#,
+        journal = journal.display()
+    );
+    let (_, registered) = register(&t.store, dir.path(), "claimed.yaml", &yaml).await;
+    let run = start(&t.store, &registered, &[]).await;
+    let lines = || std::fs::read_to_string(&journal).unwrap_or_default();
+    let _worker = worker(&t, dir.path(), "worker-a", &["--lease-seconds", "30"]);
+    wait_for(LIMIT, "worker A to start the step", async || {
+        lines().contains("start ").then_some(())
+    })
+    .await;
+
+    let later = Utc::now() + chrono::Duration::hours(1);
+    let only = [run.clone()];
+    let stolen = t
+        .store
+        .claim_runs(
+            "claimant",
+            later,
+            later + chrono::Duration::minutes(1),
+            10,
+            Some(&only),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(
+        stolen,
+        vec![lease(&run, 2)],
+        "the run is claimed away under epoch 2"
+    );
+    let log = || std::fs::read_to_string(dir.path().join("worker-a.log")).unwrap_or_default();
+    wait_for(
+        LIMIT,
+        "worker A to refuse its own stale write",
+        async || {
+            log()
+                .contains("refused to write for a run another worker claimed")
+                .then_some(())
+        },
+    )
+    .await;
+    let events = events_of(&t.store, &run).await;
+    assert_eq!(
+        of_type(&events, "run.step_succeeded").count(),
+        0,
+        "nothing recorded by the stale holder: {events:#?}"
+    );
+
+    let version = events.last().map_or(0, |e| e.version);
+    let mut tx = t.store.begin().await.expect("begin");
+    tx.release_runs(
+        "claimant",
+        &[Release {
+            run_id: run.clone(),
+            epoch: 2,
+            due_at: Some(Utc::now()),
+            version,
+            finished: false,
+        }],
+        Utc::now(),
+    )
+    .await
+    .expect("give the run back");
+    tx.commit().await.expect("commit");
+    let events = wait_until_finished(&t.store, std::slice::from_ref(&run))
+        .await
+        .remove(&run)
+        .expect("the run's events");
+    assert_eq!(for_step(&events, "run.step_succeeded", "slow").count(), 1);
+    let starts = lines().lines().filter(|l| l.starts_with("start ")).count();
+    assert_eq!(starts, 2, "run again once, under one key:\n{}", lines());
+    let check = awl(&t).ok(&["check"]).await;
+    assert!(check.contains("no problems"), "awl check: {check}");
+}
+
 fn signal(pid: u32, which: &str) {
     let status = std::process::Command::new("kill")
         .args([which, &pid.to_string()])
@@ -1523,4 +1622,5 @@ crate::support::on_both_stores!(
     a_refresh_auth_hook_runs_before_the_retry,
     a_stale_holder_is_fenced,
     a_paused_worker_cannot_record_after_a_takeover,
+    a_worker_cannot_record_for_a_run_claimed_away,
 );

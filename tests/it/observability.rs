@@ -9,7 +9,6 @@
 //! Prometheus test fails, saying so.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
@@ -637,10 +636,7 @@ async fn ready_follows_the_database() {
     let StoreLocation::Postgres(url) = &t.location else {
         unreachable!()
     };
-    let target = postgres_address(url);
-    let proxy = Proxy::start(target).await;
-    let proxied = url.replacen(&target.to_string(), &proxy.addr.to_string(), 1);
-    assert_ne!(&proxied, url, "the URL names {target}");
+    let (proxy, proxied) = Proxy::to_postgres(url).await;
     let store = EventStore::open(&StoreLocation::Postgres(proxied), StoreOptions::default())
         .await
         .unwrap();
@@ -666,22 +662,6 @@ async fn ready_follows_the_database() {
     within(15, "the server to stop", server.shutdown())
         .await
         .unwrap();
-}
-
-/// The host and port a Postgres URL names.
-fn postgres_address(url: &str) -> SocketAddr {
-    let rest = url.split("://").nth(1).expect("a URL");
-    let authority = rest.split('/').next().unwrap_or(rest);
-    let host_port = authority.rsplit('@').next().unwrap_or(authority);
-    let host_port = if host_port.contains(':') {
-        host_port.to_string()
-    } else {
-        format!("{host_port}:5432")
-    };
-    host_port
-        .replace("localhost", "127.0.0.1")
-        .parse()
-        .unwrap_or_else(|e| panic!("{host_port}: {e}"))
 }
 
 /// The durability settings are read from the database itself: a database set to

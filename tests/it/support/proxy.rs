@@ -71,6 +71,15 @@ impl Proxy {
         }
     }
 
+    /// A proxy to the Postgres server `url` names, and `url` through the proxy.
+    pub async fn to_postgres(url: &str) -> (Self, String) {
+        let target = postgres_address(url);
+        let proxy = Self::start(target).await;
+        let proxied = url.replacen(&target.to_string(), &proxy.addr.to_string(), 1);
+        assert_ne!(proxied, url, "the URL {url} names {target}");
+        (proxy, proxied)
+    }
+
     /// Drop the next connection whose client sends `marker`, after the database got
     /// the message and before its answer reaches the client (once).
     pub fn cut_after(&self, marker: &[u8]) {
@@ -160,4 +169,20 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// The host and port a Postgres URL names.
+fn postgres_address(url: &str) -> SocketAddr {
+    let rest = url.split("://").nth(1).expect("a URL");
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host_port = authority.rsplit('@').next().unwrap_or(authority);
+    let host_port = if host_port.contains(':') {
+        host_port.to_string()
+    } else {
+        format!("{host_port}:5432")
+    };
+    host_port
+        .replace("localhost", "127.0.0.1")
+        .parse()
+        .unwrap_or_else(|e| panic!("{host_port}: {e}"))
 }
