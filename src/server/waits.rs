@@ -1,5 +1,6 @@
 //! How many long polls (`wait_for_prompt`, over REST or MCP) one token may hold open
-//! at once.
+//! at once. With auth off there are no tokens (every caller is the local admin,
+//! naming the agent it acts for), so the cap is per agent instead.
 //!
 //! A long poll holds a connection and a waiter on the board for up to the board's
 //! longest wait. Without a cap, one leaked or hostile token could open thousands and
@@ -14,6 +15,8 @@ use std::sync::{Arc, Mutex};
 use axum::http::StatusCode;
 
 use super::error::ApiError;
+use crate::auth::Principal;
+use crate::domain::ids::AgentId;
 
 /// The open long polls per token, shared by both adapters.
 #[derive(Clone)]
@@ -36,32 +39,42 @@ impl WaitSlots {
         }
     }
 
-    /// Take a slot for `token` (the caller's token name), or refuse when it already
-    /// holds as many as allowed.
-    pub fn take(&self, token: &str) -> Result<WaitSlot, ApiError> {
+    /// Take a slot for the caller `who` waiting as `agent` (counted per token, or
+    /// per agent with auth off), or refuse when it already holds as many as allowed.
+    pub fn take(
+        &self,
+        who: &Principal,
+        agent: &AgentId,
+        auth_on: bool,
+    ) -> Result<WaitSlot, ApiError> {
+        let (key, counted) = if auth_on {
+            (format!("token:{}", who.name), format!("token {}", who.name))
+        } else {
+            (format!("agent:{agent}"), format!("agent {agent}"))
+        };
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let held = open.entry(token.to_string()).or_default();
+        let held = open.entry(key.clone()).or_default();
         if *held >= self.per_token {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_waits",
                 format!(
-                    "token {token} already has {held} wait_for_prompt calls open, the most \
+                    "{counted} already has {held} wait_for_prompt calls open, the most \
                      allowed at once: wait for one to return first"
                 ),
             ));
         }
         *held += 1;
         Ok(WaitSlot {
-            token: token.to_string(),
+            token: key,
             open: self.open.clone(),
         })
     }
 
-    /// How many long polls `token` holds open now.
-    pub fn open(&self, token: &str) -> usize {
+    /// How many long polls are open now, over every token.
+    pub fn open(&self) -> usize {
         let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.get(token).copied().unwrap_or(0)
+        open.values().sum()
     }
 }
 

@@ -66,7 +66,7 @@ impl AwlMcp {
         let who = require(&ctx, Permission::Work, "wait_for_prompt")?;
         let agent = acting_agent(&who, p.agent_id.as_deref())?;
         let timeout = wait_timeout(p.timeout_seconds)?;
-        let slot = self.app.waits.take(&who.name)?;
+        let slot = self.app.waits.take(&who, &agent, self.app.auth_on)?;
         let started = Instant::now();
         let board = self.app.board.clone();
         // Its own task: dropping this call (the client left) must not cut a

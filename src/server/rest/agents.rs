@@ -57,7 +57,7 @@ pub async fn wait(
         )));
     }
     let timeout = wait_timeout(req.timeout_seconds)?;
-    let _slot = app.waits.take(&who.name)?;
+    let _slot = app.waits.take(&who, &agent, app.auth_on)?;
     let started = std::time::Instant::now();
     let task = app.board.wait_for_prompt(&agent, timeout).await?;
     Ok(Json(WaitResult {
