@@ -28,7 +28,9 @@ use crate::store::{EventStore, StoreError, domain_io};
 pub struct Finding {
     /// `stream_type/stream_id`.
     pub stream: String,
-    /// The global position of the event where it was found.
+    /// The global position of the event where it was found (for an event the store
+    /// cannot read back at all, the first position of the page it is in; the message
+    /// names the event and its own position).
     pub position: i64,
     /// Which rule: `undecodable`, `version_gap`, `outcome_twice`,
     /// `outcome_without_start`, `gate_decided_twice`, `gate_decided_unopened`.

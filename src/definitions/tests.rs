@@ -12,8 +12,8 @@ fn checkout(dir: &Path) -> PathBuf {
     dir.join("parent.awl.yaml")
 }
 
-#[tokio::test]
-async fn a_file_registers_the_same_version_from_any_folder() {
+/// A fresh embedded store in a temporary folder (kept while the folder lives).
+async fn temp_store() -> (tempfile::TempDir, EventStore) {
     let db = tempfile::tempdir().unwrap();
     let store = EventStore::open(
         &StoreLocation::sqlite(db.path().join("awl.db")),
@@ -21,6 +21,12 @@ async fn a_file_registers_the_same_version_from_any_folder() {
     )
     .await
     .unwrap();
+    (db, store)
+}
+
+#[tokio::test]
+async fn a_file_registers_the_same_version_from_any_folder() {
+    let (_db, store) = temp_store().await;
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let first = register_file(&store, &checkout(a.path()), "ada", Utc::now())
         .await
@@ -46,13 +52,7 @@ async fn a_file_registers_the_same_version_from_any_folder() {
 
 #[tokio::test]
 async fn a_workflow_that_includes_itself_is_refused() {
-    let db = tempfile::tempdir().unwrap();
-    let store = EventStore::open(
-        &StoreLocation::sqlite(db.path().join("awl.db")),
-        StoreOptions::default(),
-    )
-    .await
-    .unwrap();
+    let (_db, store) = temp_store().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("loop.awl.yaml");
     std::fs::write(
