@@ -6,6 +6,7 @@
 //! - vocabulary, pure: [`log`] (stream types, new and recorded events, metadata,
 //!   upcasters), [`clock`] (where services read the time), [`error`] (every error's
 //!   kind and stable code), [`page`] (the one cursor format of listings);
+//! - [`vault`], pure: masking secrets and sealing personal data (crypto-shredding);
 //! - the language, pure: [`workflow`] (YAML files, their JSON Schema, every problem
 //!   with file, line and column) and [`expr`] (CEL conditions, templates);
 //! - the rules, pure: [`domain`] (the workflow, run, task and agent aggregates as
@@ -49,4 +50,5 @@ pub mod runs;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod vault;
 pub mod workflow;

@@ -40,6 +40,42 @@ pub fn allowed_env(names: &[String]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Env variables declared secret (`--secret-env NAME`, `AWL_SECRET_ENV=A,B`): readable
+/// by expressions like allowlisted ones, and masked in every run's events and spans,
+/// with awl's own connection strings (the store's URL, `AWL_CONNECTION_*`) and their
+/// passwords. Returns the variables to add to the allowlist and the mask.
+pub fn secrets(
+    names: &[String],
+    store: &crate::store::EventStore,
+) -> (BTreeMap<String, String>, crate::vault::Mask) {
+    let mut all: BTreeSet<String> = names.iter().cloned().collect();
+    if let Ok(list) = std::env::var("AWL_SECRET_ENV") {
+        all.extend(
+            list.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty()),
+        );
+    }
+    let env: BTreeMap<String, String> = all
+        .into_iter()
+        .filter_map(|name| std::env::var(&name).ok().map(|v| (name, v)))
+        .collect();
+    let mut mask = crate::vault::Mask::new(env.values().cloned());
+    let mut urls: Vec<String> = connections().into_values().collect();
+    if let crate::store::StoreLocation::Postgres(url) = store.location() {
+        urls.push(url.clone());
+    }
+    for url in urls {
+        if let Ok(parsed) = reqwest::Url::parse(&url)
+            && let Some(password) = parsed.password()
+        {
+            mask.extend([password.to_string()]);
+        }
+        mask.extend([url]);
+    }
+    (env, mask)
+}
+
 /// Database connections for `database` steps: `AWL_CONNECTION_<NAME>=url`.
 fn connections() -> BTreeMap<String, String> {
     std::env::vars()

@@ -11,6 +11,7 @@ mod check;
 mod client;
 mod common;
 mod events;
+mod forget;
 mod list;
 mod output;
 mod projections;
@@ -94,6 +95,9 @@ enum Command {
     /// Verify the store's log: stream versions, one outcome per step attempt, gate
     /// decisions; every problem with its stream and position.
     Check(check::CheckArgs),
+    /// Erase a data subject's personal data: delete its key (the log stays as written;
+    /// readers see `[erased]`).
+    Forget(forget::ForgetArgs),
     /// Print the JSON Schema of workflow files (for editors).
     Schema,
 }
@@ -201,6 +205,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Token(command) => tokens::run(open(&location, true).await?, command).await,
         Command::Check(args) => check::check(open(&location, false).await?, args).await,
+        Command::Forget(args) => forget::forget(open(&location, true).await?, args).await,
         Command::Projections(command) => {
             projections::run(open(&location, true).await?, command).await
         }

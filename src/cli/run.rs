@@ -23,7 +23,7 @@ use crate::runs::{Runs, RunsError};
 use crate::store::{EventStore, domain_io};
 
 use super::Invalid;
-use super::common::{actor, allowed_env, between, human, owner, runners};
+use super::common::{actor, allowed_env, between, human, owner, runners, secrets};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -41,6 +41,10 @@ pub struct RunArgs {
     /// Environment variables expressions may read (`env.NAME`); repeatable.
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
+    /// Environment variables expressions may read that are secret: masked as
+    /// `[redacted]` in events, views and spans (repeatable; also `AWL_SECRET_ENV`).
+    #[arg(long = "secret-env", value_name = "NAME")]
+    secret_env: Vec<String>,
     /// Who starts the run (default: $USER).
     #[arg(long)]
     by: Option<String>,
@@ -102,6 +106,9 @@ pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
     }
     let mut config = WorkerConfig::for_runs(owner("run"), [run_id]);
     config.env = allowed_env(&args.env_allow);
+    let (secret_env, mask) = secrets(&args.secret_env, &store);
+    config.env.extend(secret_env);
+    config.secrets = mask;
     let worker = Worker::new(store.clone(), runners(), config, system_clock());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut work = tokio::spawn(worker.run(stop_rx));

@@ -14,7 +14,7 @@ use crate::executor::WorkerConfig;
 use crate::server::{self, ServeConfig};
 use crate::store::EventStore;
 
-use super::common::{actor, allowed_env, owner, runners, shutdown_signal};
+use super::common::{actor, allowed_env, owner, runners, secrets, shutdown_signal};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// Environment variables expressions may read (`env.NAME`); repeatable.
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
+    /// Environment variables expressions may read that are secret: masked as
+    /// `[redacted]` in events, views and spans (repeatable; also `AWL_SECRET_ENV`).
+    #[arg(long = "secret-env", value_name = "NAME")]
+    secret_env: Vec<String>,
     /// Also serve `/metrics` here, without a token (for a scrape network).
     #[arg(long, env = "AWL_METRICS_BIND")]
     metrics_bind: Option<SocketAddr>,
@@ -82,6 +86,9 @@ pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
     if !args.no_worker {
         let mut worker = WorkerConfig::new(owner("serve"));
         worker.env = allowed_env(&args.env_allow);
+        let (secret_env, mask) = secrets(&args.secret_env, &store);
+        worker.env.extend(secret_env);
+        worker.secrets = mask;
         config.worker = Some(worker);
     }
     let location = store.location().clone();

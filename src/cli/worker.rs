@@ -12,7 +12,7 @@ use crate::executor::{Worker, WorkerConfig};
 use crate::server;
 use crate::store::EventStore;
 
-use super::common::{allowed_env, owner, runners, shutdown_signal};
+use super::common::{allowed_env, owner, runners, secrets, shutdown_signal};
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
@@ -25,6 +25,10 @@ pub struct WorkerArgs {
     /// Environment variables expressions may read (`env.NAME`); repeatable.
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
+    /// Environment variables expressions may read that are secret: masked as
+    /// `[redacted]` in events, views and spans (repeatable; also `AWL_SECRET_ENV`).
+    #[arg(long = "secret-env", value_name = "NAME")]
+    secret_env: Vec<String>,
     /// Serve this worker's `/metrics` here, without a token (for a scrape network).
     #[arg(long, env = "AWL_METRICS_BIND")]
     metrics_bind: Option<std::net::SocketAddr>,
@@ -35,6 +39,9 @@ pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
     config.batch = args.batch.max(1);
     config.lease = Duration::from_secs(args.lease_seconds.max(1));
     config.env = allowed_env(&args.env_allow);
+    let (secret_env, mask) = secrets(&args.secret_env, &store);
+    config.env.extend(secret_env);
+    config.secrets = mask;
     eprintln!("awl worker {} on {}", config.owner, store.location());
     server::warn_about_durability(&store).await;
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -18,6 +18,7 @@
 //! branch never changes even if the inputs of its condition could.
 
 mod keys;
+pub mod protect;
 mod recovery;
 mod render;
 #[cfg(test)]
@@ -78,6 +79,8 @@ pub struct TickInput {
     pub in_flight: BTreeSet<String>,
     /// The environment variables expressions may read (`env.NAME`).
     pub env: BTreeMap<String, String>,
+    /// What to mask and seal in the events decided (`protect::protection`).
+    pub protection: std::sync::Arc<crate::vault::Protection>,
 }
 
 /// Work for the worker to carry out.

@@ -102,6 +102,7 @@ impl Sim {
             compensations: std::mem::take(&mut self.compensations),
             in_flight: self.in_flight.clone(),
             env: self.env.clone(),
+            protection: Default::default(),
         };
         let tick = super::tick(&self.def, &self.run, &input).unwrap_or_else(|e| panic!("{e}"));
         for e in &tick.events {
@@ -1281,4 +1282,123 @@ steps:
         }
         other => panic!("{other:?}"),
     }
+}
+
+// ---------------------------------------------------------------- secrets and personal data
+
+const PROTECTED: &str = r#"
+name: protected
+version: "1.0.0"
+subject: "customer:${{ inputs.customer }}"
+inputs:
+  customer: { type: string, required: true }
+  token: { type: string, required: true, secret: true }
+  email: { type: string, required: true, personal: true }
+steps:
+  - id: call
+    type: shell
+    command: ["call", "${{ inputs.token }}", "${{ inputs.email }}"]
+outputs:
+  to: "mail ${{ inputs.email }}"
+"#;
+
+#[test]
+fn secrets_are_masked_in_state_and_log_and_personal_data_sealed_in_the_log_only() {
+    use crate::vault::{Keys, Reveal, SubjectKey, reveal};
+    let def = workflow(PROTECTED);
+    let run_id = RunId::from_uuid(Uuid::from_u128(42)).to_string();
+    let mut inputs = Map::new();
+    inputs.insert("customer".into(), json!("42"));
+    inputs.insert("token".into(), json!("tok-abcdef123"));
+    inputs.insert("email".into(), json!("a@example.com"));
+    let ids = protect::start_keys(&def, &run_id, &inputs).unwrap();
+    assert_eq!(
+        ids.len(),
+        2,
+        "a key for the run's secrets and one for its subject"
+    );
+    let mut keys = Keys::new();
+    for (i, id) in ids.iter().enumerate() {
+        keys.insert(
+            id.clone(),
+            SubjectKey::from_bytes(&[i as u8 + 1; 32]).unwrap(),
+        );
+    }
+    let mut sealed = inputs.clone();
+    protect::seal_inputs(&def, &run_id, &mut sealed, &keys).unwrap();
+    assert_eq!(sealed["customer"], json!("42"), "a plain input stays plain");
+    assert!(
+        !Value::Object(sealed.clone())
+            .to_string()
+            .contains("tok-abcdef123")
+    );
+    assert!(
+        !Value::Object(sealed.clone())
+            .to_string()
+            .contains("a@example.com")
+    );
+
+    // The executor opens the start event, then ticks with the run's protection.
+    let mut sim = Sim::from_def(def.clone(), Value::Object(inputs));
+    let protection = std::sync::Arc::new(protect::protection(
+        &def,
+        &sim.run,
+        &keys,
+        &crate::vault::Mask::default(),
+    ));
+    let first = sim.tick();
+    let Some(Effect::Perform {
+        work: Work::Shell(step),
+        ..
+    }) = first.effects.first()
+    else {
+        panic!("the step runs: {:?}", first.effects)
+    };
+    assert_eq!(
+        step.command.as_deref().unwrap(),
+        ["call", "tok-abcdef123", "a@example.com"],
+        "the work itself gets the values"
+    );
+    sim.report(
+        "call",
+        Ok(json!({"stdout": "sent tok-abcdef123 to a@example.com", "exit_code": 0})),
+    );
+    let input = TickInput {
+        now: sim.now,
+        outcomes: std::mem::take(&mut sim.outcomes),
+        in_flight: sim.in_flight.clone(),
+        protection: protection.clone(),
+        ..TickInput::default()
+    };
+    let tick = super::tick(&sim.def, &sim.run, &input).unwrap();
+    let logged = serde_json::to_string(&tick.events).unwrap();
+    assert!(!logged.contains("tok-abcdef123"), "{logged}");
+    assert!(!logged.contains("a@example.com"), "{logged}");
+    let output = tick.state.succeeded_output(&sid("call")).unwrap();
+    assert_eq!(
+        output["stdout"],
+        json!("sent [redacted] to a@example.com"),
+        "the state masks the secret and keeps personal data"
+    );
+    assert!(
+        serde_json::to_string(tick.state.outcome().unwrap())
+            .unwrap()
+            .contains("mail a@example.com"),
+        "the run's outputs keep personal data in the state"
+    );
+
+    // Replaying the recorded events, opened, gives the same state.
+    let mut replayed = sim.run.clone();
+    for event in &tick.events {
+        let mut value = serde_json::to_value(event).unwrap();
+        reveal(&mut value, &keys, Reveal::Plain);
+        replayed.apply(serde_json::from_value(value).unwrap());
+    }
+    assert_eq!(
+        serde_json::to_value(&replayed).unwrap(),
+        serde_json::to_value(&tick.state).unwrap()
+    );
+    // And the same decision sealed twice is the same text.
+    let again = super::tick(&sim.def, &sim.run, &input).unwrap();
+    assert_eq!(serde_json::to_string(&again.events).unwrap(), logged);
 }

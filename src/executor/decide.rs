@@ -16,6 +16,7 @@ use crate::domain::workspace::{Capabilities, Workspace};
 use crate::engine::{self, Effect, Failure, StepOutcome, TickInput};
 use crate::log::{AppendRequest, Metadata, StreamRef, StreamType};
 use crate::store::domain_io;
+use crate::vault::Protection;
 use crate::workflow::inputs::{self, Given};
 use crate::workflow::model::Workflow;
 
@@ -88,6 +89,7 @@ impl Worker {
                 compensations: std::mem::take(&mut compensations),
                 in_flight: in_flight.clone(),
                 env: self.config.env.clone(),
+                protection: h.protection.clone(),
             };
             let tick = engine::tick(&h.definition, &state, &input)?;
             events.extend(tick.events);
@@ -112,6 +114,7 @@ impl Worker {
                             key: &key,
                             timeout_ms: None,
                             trace: &h.parent,
+                            mask: &h.protection.mask,
                         };
                         let result = perform::perform(&self.runners, &call, work, None).await;
                         outcomes.push(StepOutcome {
@@ -127,7 +130,10 @@ impl Worker {
                         ref workflow,
                         ref inputs,
                         run_id: child,
-                    } => match self.child_definition(workflow, inputs).await {
+                    } => match self
+                        .child_start(workflow, inputs, child, &h.protection, now)
+                        .await
+                    {
                         Ok((definition, version, inputs)) => children.push(ChildStart {
                             run_id: child,
                             step_id: step_id.clone(),
@@ -160,7 +166,14 @@ impl Worker {
                 break;
             }
         }
-        let side = side_writes(&state, &kept, &children, now, h.trace.clone())?;
+        let side = side_writes(
+            &state,
+            &kept,
+            &children,
+            now,
+            h.trace.clone(),
+            &h.protection,
+        )?;
         Ok(Decided {
             run_id: run_id.to_string(),
             events,
@@ -170,6 +183,42 @@ impl Worker {
             state,
             pending: outcomes,
         })
+    }
+
+    /// A child run's definition and inputs: its own secret and personal inputs sealed
+    /// with its keys, every other input protected as the parent's values are.
+    async fn child_start(
+        &self,
+        reference: &str,
+        given: &serde_json::Map<String, Value>,
+        run_id: crate::domain::ids::RunId,
+        parent: &Protection,
+        now: DateTime<Utc>,
+    ) -> Result<(Arc<Workflow>, String, serde_json::Map<String, Value>), String> {
+        let (definition, version, mut inputs) = self.child_definition(reference, given).await?;
+        let id = run_id.to_string();
+        let needed = engine::protect::start_keys(&definition, &id, &inputs)
+            .map_err(|e| format!("sub-workflow `{reference}`: {e}"))?;
+        let keys = if needed.is_empty() {
+            Default::default()
+        } else {
+            self.store
+                .ensure_subject_keys(&needed, now)
+                .await
+                .map_err(|e| format!("sub-workflow `{reference}`: {e}"))?
+        };
+        engine::protect::seal_inputs(&definition, &id, &mut inputs, &keys)
+            .map_err(|e| format!("sub-workflow `{reference}`: {e}"))?;
+        for (name, value) in inputs.iter_mut() {
+            let own = definition
+                .inputs
+                .get(name)
+                .is_some_and(|spec| spec.secret || spec.personal);
+            if !own {
+                parent.protect_value(value);
+            }
+        }
+        Ok((definition, version, inputs))
     }
 
     async fn child_definition(
@@ -201,6 +250,7 @@ fn side_writes(
     children: &[ChildStart],
     now: DateTime<Utc>,
     trace: Option<String>,
+    protection: &Protection,
 ) -> Result<SideWrites, ExecError> {
     // Tasks and child runs join the run's trace.
     let actor = Metadata::actor("awl").with_trace(trace);
@@ -208,7 +258,7 @@ fn side_writes(
     for effect in effects {
         match effect {
             Effect::QueueTask { .. } => {
-                if let Some(request) = queue_task(run, effect, now, &actor)? {
+                if let Some(request) = queue_task(run, effect, now, &actor, protection)? {
                     side.appends.push(request);
                 }
             }
@@ -248,6 +298,7 @@ fn queue_task(
     effect: &Effect,
     now: DateTime<Utc>,
     actor: &Metadata,
+    protection: &Protection,
 ) -> Result<Option<AppendRequest>, ExecError> {
     let Effect::QueueTask {
         task_id,
@@ -264,9 +315,13 @@ fn queue_task(
     else {
         return Ok(None);
     };
+    // The prompt is recorded in the task's stream with secrets masked. Personal data
+    // in it is not sealed: the board hands prompts to agents as recorded.
+    let mut prompt = prompt.clone();
+    protection.mask.apply_to(&mut prompt);
     let command = TaskCommand::Queue {
         task_id: *task_id,
-        prompt: prompt.clone(),
+        prompt,
         required_capabilities: Capabilities::new(capabilities.iter().cloned()),
         workspace: repository.clone().map(|repository| Workspace {
             repository,

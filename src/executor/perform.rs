@@ -29,6 +29,8 @@ pub(crate) struct Call<'a> {
     pub timeout_ms: Option<u64>,
     /// The run's trace (from the `traceparent` of its first event).
     pub trace: &'a telemetry::Parent,
+    /// The run's secrets, masked in what the attempt's spans record.
+    pub mask: &'a crate::vault::Mask,
 }
 
 /// What kind of work this is, as spans and metrics name it.
@@ -89,6 +91,7 @@ async fn attempt(
         idempotency_key: call.key,
         timeout: call.timeout_ms.map(Duration::from_millis),
         base_dir: Path::new("."),
+        mask: call.mask,
     };
     if let Some(hook) = before {
         one(runners, &attempt, hook).await.map_err(|f| Failure {

@@ -38,6 +38,7 @@ use crate::log::StreamType;
 use crate::runners::Runners;
 use crate::store::{EventStore, Lease, Release, domain_io};
 use crate::telemetry;
+use crate::vault::{Protection, Reveal};
 use crate::workflow::model::Workflow;
 
 use super::ExecError;
@@ -55,6 +56,9 @@ pub struct WorkerConfig {
     pub poll: Duration,
     /// The environment variables expressions may read.
     pub env: BTreeMap<String, String>,
+    /// Values masked in every run's events and spans: the env variables declared
+    /// secret, awl's own connection strings.
+    pub secrets: crate::vault::Mask,
     /// Claim only these runs (and the children they start): `awl run` executes its
     /// own run without taking others' work.
     pub only: Option<Arc<Mutex<BTreeSet<String>>>>,
@@ -70,6 +74,7 @@ impl WorkerConfig {
             lease: Duration::from_secs(30),
             poll: Duration::from_secs(1),
             env: BTreeMap::new(),
+            secrets: crate::vault::Mask::default(),
             only: None,
             exit_when_done: false,
         }
@@ -107,6 +112,9 @@ pub(super) struct Held {
     /// The run's trace: the `traceparent` of its first event, as recorded and parsed.
     pub trace: Option<String>,
     pub parent: telemetry::Parent,
+    /// What the engine masks and seals in this run's events (from its opened inputs
+    /// and the keys its sealed values name).
+    pub protection: Arc<Protection>,
 }
 
 /// What a finished effect reports.
@@ -302,11 +310,11 @@ impl Worker {
             .filter(|l| !held.contains_key(&l.run_id))
             .collect();
         let ids: Vec<String> = claimed.iter().map(|l| l.run_id.clone()).collect();
-        let streams = self.store.read_streams(StreamType::Run, &ids).await?;
+        let mut streams = self.store.read_streams(StreamType::Run, &ids).await?;
         for Lease { run_id, epoch } in claimed {
-            let events = streams.get(&run_id).map(Vec::as_slice).unwrap_or_default();
+            let events = streams.entry(run_id.clone()).or_default();
             match self.load(events).await {
-                Ok((run, version, definition)) => {
+                Ok((run, version, definition, protection)) => {
                     held.insert(
                         run_id,
                         Held {
@@ -325,6 +333,7 @@ impl Worker {
                                     .first()
                                     .and_then(|e| e.metadata.traceparent.as_deref()),
                             ),
+                            protection,
                         },
                     );
                 }
@@ -345,10 +354,12 @@ impl Worker {
         Ok(())
     }
 
+    /// Fold a claimed run (its sealed values opened) and find its definition.
     async fn load(
         &self,
-        events: &[crate::log::RecordedEvent],
-    ) -> Result<(Run, i64, Arc<Workflow>), ExecError> {
+        events: &mut [crate::log::RecordedEvent],
+    ) -> Result<(Run, i64, Arc<Workflow>, Arc<Protection>), ExecError> {
+        let keys = self.store.reveal_events(events, Reveal::Plain).await?;
         let (run, version) = domain_io::fold::<Run>(events)?;
         let name = run
             .workflow()
@@ -358,7 +369,13 @@ impl Worker {
             .definitions
             .get(&self.store, &name, run.workflow_version())
             .await?;
-        Ok((run, version, definition))
+        let protection = Arc::new(engine::protect::protection(
+            &definition,
+            &run,
+            &keys,
+            &self.config.secrets,
+        ));
+        Ok((run, version, definition, protection))
     }
 
     pub(super) fn spawn(
@@ -373,6 +390,7 @@ impl Worker {
         let run = run_id.to_string();
         let id = h.run.id().unwrap_or_default();
         let trace = h.parent.clone();
+        let protection = h.protection.clone();
         match effect {
             Effect::Perform {
                 key,
@@ -394,6 +412,7 @@ impl Worker {
                         key: &step_key,
                         timeout_ms,
                         trace: &trace,
+                        mask: &protection.mask,
                     };
                     let result = perform::perform(&runners, &call, &work, before.as_ref()).await;
                     let _ = done_tx.send((
@@ -426,6 +445,7 @@ impl Worker {
                         key: &key,
                         timeout_ms,
                         trace: &trace,
+                        mask: &protection.mask,
                     };
                     let result = perform::perform(&runners, &call, &work, None).await;
                     let outcome = CompensationOutcome {

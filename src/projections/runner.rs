@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::log::EventFilter;
+use crate::log::{EventFilter, RecordedEvent};
 use crate::store::rows::Param;
 use crate::store::{EventStore, StoreTx};
 
@@ -186,7 +186,7 @@ impl Projections {
                     tables: p.tables(),
                     generation: state.generation,
                 };
-                p.apply(&mut w, &mine).await?;
+                p.apply(&mut w, &hidden(&mine)).await?;
             }
             tx.execute(
                 "UPDATE projection_state SET position = ? WHERE name = ?",
@@ -282,7 +282,7 @@ impl Projections {
                     tables: p.tables(),
                     generation: next,
                 };
-                p.apply(&mut w, &events).await?;
+                p.apply(&mut w, &hidden(&events)).await?;
             }
             position = scanned;
         }
@@ -427,7 +427,7 @@ impl Projections {
                 tables: p.tables(),
                 generation: *generation,
             };
-            p.apply(&mut w, &mine).await?;
+            p.apply(&mut w, &hidden(&mine)).await?;
         }
         Ok(())
     }
@@ -448,7 +448,7 @@ impl Projections {
                 tables: p.tables(),
                 generation,
             };
-            p.apply(&mut w, &events).await?;
+            p.apply(&mut w, &hidden(&events)).await?;
             tx.commit().await?;
         }
         Ok(scanned.max(after))
@@ -474,7 +474,7 @@ impl Projections {
                 tables: p.tables(),
                 generation: state.generation,
             };
-            p.apply(&mut w, chunk).await?;
+            p.apply(&mut w, &hidden(chunk)).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -596,4 +596,22 @@ async fn point_views(
         .await?;
     }
     Ok(())
+}
+
+/// Events as read models may keep them: secrets redacted, personal data replaced by
+/// a marker (never opened), so forgetting a subject leaves nothing to purge here.
+fn hidden(events: &[RecordedEvent]) -> std::borrow::Cow<'_, [RecordedEvent]> {
+    let mut ids = std::collections::BTreeSet::new();
+    for event in events {
+        crate::vault::key_ids(&event.payload, &mut ids);
+    }
+    if ids.is_empty() {
+        return std::borrow::Cow::Borrowed(events);
+    }
+    let keys = crate::vault::Keys::new();
+    let mut owned = events.to_vec();
+    for event in &mut owned {
+        crate::vault::reveal(&mut event.payload, &keys, crate::vault::Reveal::Hidden);
+    }
+    std::borrow::Cow::Owned(owned)
 }

@@ -187,6 +187,7 @@ pub(super) async fn send(
     req: Request,
 ) -> Result<StepSuccess, StepFailure> {
     let shown = format!("{} {}", req.method, redacted(&req.url));
+    let url_shown = a.mask.apply(&redacted(&req.url)).into_owned();
     // A client span (the HTTP semantic conventions) whose context the request carries
     // as `traceparent`, so the called service joins the run's trace.
     let span = tracing::info_span!(
@@ -194,7 +195,7 @@ pub(super) async fn send(
         otel.name = %req.method,
         otel.kind = "client",
         http.request.method = %req.method,
-        url.full = %redacted(&req.url),
+        url.full = %url_shown,
         server.address = req.url.host_str().unwrap_or_default(),
         http.response.status_code = tracing::field::Empty,
     );

@@ -67,6 +67,9 @@ pub struct Attempt<'a> {
     /// Where relative `working_dir`s are resolved from, and where a shell step runs
     /// without one (the executor passes the worker's own directory).
     pub base_dir: &'a Path,
+    /// The run's secrets: masked in what the attempt records in spans and logs (its
+    /// outcome is masked by the engine).
+    pub mask: &'a crate::vault::Mask,
 }
 
 /// What a successful attempt produced.

@@ -64,9 +64,15 @@ impl Runs {
         (self.clock)()
     }
 
-    /// A run's state folded from its stream, and the stream's version.
+    /// A run's state folded from its stream, and the stream's version, as people may
+    /// see it: secrets redacted, personal data opened while its subject is remembered
+    /// and `[erased]` after.
     pub async fn get(&self, run_id: RunId) -> Result<(Run, i64), RunsError> {
-        let (run, version) = domain_io::load::<Run>(&self.store, &run_stream(run_id)).await?;
+        let mut events = self.store.read_stream(&run_stream(run_id)).await?;
+        self.store
+            .reveal_events(&mut events, crate::vault::Reveal::View)
+            .await?;
+        let (run, version) = domain_io::fold::<Run>(&events)?;
         if version == 0 {
             return Err(RunsError::RunNotFound(run_id));
         }

@@ -29,7 +29,11 @@ pub struct Replay {
 impl Runs {
     pub async fn replay(&self, run_id: RunId) -> Result<Replay, RunsError> {
         let started = Instant::now();
-        let events = self.store.read_stream(&run_stream(run_id)).await?;
+        let mut events = self.store.read_stream(&run_stream(run_id)).await?;
+        let keys = self
+            .store
+            .reveal_events(&mut events, crate::vault::Reveal::Plain)
+            .await?;
         if events.is_empty() {
             return Err(RunsError::RunNotFound(run_id));
         }
@@ -47,6 +51,12 @@ impl Runs {
             &run,
             &TickInput {
                 now: self.now(),
+                protection: std::sync::Arc::new(engine::protect::protection(
+                    &definition,
+                    &run,
+                    &keys,
+                    &crate::vault::Mask::default(),
+                )),
                 ..TickInput::default()
             },
         )?;

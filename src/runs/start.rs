@@ -158,6 +158,7 @@ impl Runs {
         key: Option<&IdempotencyKey>,
     ) -> Result<Started, RunsError> {
         let now = self.now();
+        let inputs = self.seal_inputs(registered, run_id, inputs, now).await?;
         let command = engine::start_command(
             &registered.workflow,
             &registered.version,
@@ -195,5 +196,27 @@ impl Runs {
             version: run.workflow_version().to_string(),
             created: done.appended > 0,
         })
+    }
+
+    /// Seal the secret and personal inputs (creating their keys), so the start event
+    /// holds neither in clear. Sealing is deterministic: a retried start with the same
+    /// idempotency key writes, and compares, the same text.
+    async fn seal_inputs(
+        &self,
+        registered: &Registered,
+        run_id: RunId,
+        mut inputs: Map<String, Value>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Map<String, Value>, RunsError> {
+        let id = run_id.to_string();
+        let needed = engine::protect::start_keys(&registered.workflow, &id, &inputs)
+            .map_err(RunsError::Invalid)?;
+        if needed.is_empty() {
+            return Ok(inputs);
+        }
+        let keys = self.store.ensure_subject_keys(&needed, now).await?;
+        engine::protect::seal_inputs(&registered.workflow, &id, &mut inputs, &keys)
+            .map_err(RunsError::Invalid)?;
+        Ok(inputs)
     }
 }

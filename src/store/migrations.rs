@@ -49,6 +49,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "run wakeups epoch",
         include_str!("../../migrations/postgres/0008_run_wakeups_epoch.sql"),
     ),
+    (
+        9,
+        "subject keys",
+        include_str!("../../migrations/postgres/0009_subject_keys.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -91,6 +96,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         8,
         "run wakeups epoch",
         include_str!("../../migrations/sqlite/0008_run_wakeups_epoch.sql"),
+    ),
+    (
+        9,
+        "subject keys",
+        include_str!("../../migrations/sqlite/0009_subject_keys.sql"),
     ),
 ];
 

@@ -14,6 +14,7 @@ mod decode;
 pub mod domain_io;
 mod error;
 pub mod health;
+mod keyring;
 mod location;
 mod migrations;
 mod plan;

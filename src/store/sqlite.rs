@@ -48,7 +48,9 @@ impl SqliteBackend {
             // FULL: a committed event survives power loss, not only a crash of awl.
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
+            .foreign_keys(true)
+            // A forgotten subject's key is overwritten on disk, not only unlinked.
+            .pragma("secure_delete", "ON");
         let location = format!("opening {}", path.display());
         let writer = SqlitePoolOptions::new()
             .max_connections(1)

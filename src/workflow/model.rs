@@ -33,6 +33,11 @@ pub struct Workflow {
     /// The values a run is started with, by name (`${{ inputs.NAME }}`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub inputs: BTreeMap<String, InputSpec>,
+    /// Whose personal data a run carries: a template over the inputs
+    /// (`"customer:${{ inputs.customer_id }}"`). Required when an input is
+    /// `personal`; `awl forget` takes the same text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     /// The whole run fails with a `timeout` error after this many seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -84,6 +89,15 @@ pub struct InputSpec {
     pub default: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// A secret (an API key, a password): stored sealed in the run's first event and
+    /// shown as `[redacted]` wherever it would appear (step outputs and errors, gate
+    /// messages, task prompts, the run's outputs, logs and traces).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secret: bool,
+    /// Personal data of the run's `subject`: sealed under the subject's key, and so is
+    /// every later text of the run that contains it; `awl forget SUBJECT` erases it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub personal: bool,
 }
 
 /// The type of an input value.

@@ -151,6 +151,7 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
         _ => BTreeSet::new(),
     };
     defaults_fit(json.get("inputs"), "/inputs", report);
+    data_protection(json, &inputs, report);
     let all_ids: BTreeSet<String> = sites
         .iter()
         .filter_map(|s| s.id.map(String::from))
@@ -215,6 +216,70 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
     }
     if let Some(Value::Array(handlers)) = json.get("error_handlers") {
         handlers_rules(handlers, "/error_handlers", &tools, report);
+    }
+}
+
+/// Secret and personal inputs: an input is one or the other, personal data needs a
+/// `subject`, and the subject is made of inputs only (it is rendered when the run
+/// starts, before any step), none of them secret.
+fn data_protection(json: &Value, inputs: &BTreeSet<String>, report: &mut Reporter<'_>) {
+    let declared = match json.get("inputs") {
+        Some(Value::Object(declared)) => declared.clone(),
+        _ => Map::new(),
+    };
+    let flag = |spec: &Value, name: &str| spec.get(name).and_then(Value::as_bool) == Some(true);
+    let mut personal = None;
+    for (name, spec) in &declared {
+        if flag(spec, "secret") && flag(spec, "personal") {
+            report.at_value(
+                &format!("/inputs/{}/personal", escape(name)),
+                "an input is either `secret` or `personal`, not both: a secret is never \
+                 shown, personal data is shown until its subject is forgotten"
+                    .to_string(),
+            );
+        }
+        if flag(spec, "personal") && personal.is_none() {
+            personal = Some(name.clone());
+        }
+    }
+    let subject = json.get("subject");
+    if let (Some(name), None) = (&personal, subject) {
+        report.at_value(
+            &format!("/inputs/{}/personal", escape(name)),
+            format!(
+                "input `{name}` is personal, so the workflow needs a `subject:` saying whose \
+                 data it is (for example `subject: \"customer:${{{{ inputs.customer_id }}}}\"`)"
+            ),
+        );
+    }
+    let Some(Value::String(text)) = subject else {
+        return;
+    };
+    let template = match Template::parse(text) {
+        Ok(template) => template,
+        Err(e) => return report.at_offset("/subject", text, e.offset, e.message),
+    };
+    let found = template.references();
+    if !found.steps.is_empty() || found.any_step || found.prev || !found.env.is_empty() {
+        report.at_value(
+            "/subject",
+            "the subject is rendered when the run starts, from its inputs only: it cannot \
+             refer to steps, `prev` or `env`"
+                .to_string(),
+        );
+    }
+    for input in &found.inputs {
+        if !inputs.contains(input) {
+            report.at_value(
+                "/subject",
+                format!("`inputs.{input}` is not a declared input"),
+            );
+        } else if declared.get(input).is_some_and(|spec| flag(spec, "secret")) {
+            report.at_value(
+                "/subject",
+                format!("`inputs.{input}` is secret and cannot name a subject"),
+            );
+        }
     }
 }
 

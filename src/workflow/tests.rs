@@ -767,3 +767,50 @@ steps:
         ]
     );
 }
+
+#[test]
+fn secret_and_personal_inputs_are_checked() {
+    let base = |inputs: &str, subject: &str| {
+        format!(
+            "name: p\nversion: \"1.0.0\"\n{subject}inputs:\n{inputs}steps:\n  - id: a\n    type: tool\n    tool: noop\n"
+        )
+    };
+    let ok = base(
+        "  id: { type: string }\n  key: { type: string, secret: true }\n  mail: { type: string, personal: true }\n",
+        "subject: \"customer:${{ inputs.id }}\"\n",
+    );
+    assert_eq!(problems(&ok), Vec::<String>::new());
+
+    let no_subject = problems(&base("  mail: { type: string, personal: true }\n", ""));
+    assert!(
+        no_subject
+            .iter()
+            .any(|p| p.contains("inputs.mail.personal") && p.contains("needs a `subject:`")),
+        "{no_subject:?}"
+    );
+    let both = problems(&base(
+        "  id: { type: string }\n  x: { type: string, secret: true, personal: true }\n",
+        "subject: \"${{ inputs.id }}\"\n",
+    ));
+    assert!(
+        both.iter()
+            .any(|p| p.contains("either `secret` or `personal`")),
+        "{both:?}"
+    );
+    let bad_subject = problems(&base(
+        "  key: { type: string, secret: true }\n  mail: { type: string, personal: true }\n",
+        "subject: \"${{ inputs.key }}-${{ steps.a.output }}-${{ inputs.nope }}\"\n",
+    ));
+    for wanted in [
+        "is secret and cannot name a subject",
+        "inputs only",
+        "`inputs.nope` is not a declared input",
+    ] {
+        assert!(
+            bad_subject
+                .iter()
+                .any(|p| p.contains("subject") && p.contains(wanted)),
+            "{wanted}: {bad_subject:?}"
+        );
+    }
+}

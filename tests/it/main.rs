@@ -24,4 +24,5 @@ mod mcp;
 mod observability;
 mod projections;
 mod runners;
+mod secrets;
 mod support;

@@ -36,6 +36,7 @@ fn attempt(base: &Path, timeout: Option<Duration>) -> Attempt<'_> {
         idempotency_key: "idem-42",
         timeout,
         base_dir: base,
+        mask: &awl::vault::mask::NO_SECRETS,
     }
 }
 

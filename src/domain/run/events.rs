@@ -173,7 +173,42 @@ pub enum RunEvent {
     },
 }
 
+/// A field of an event that carries values from outside the definition (inputs,
+/// outputs, error messages, free text): what masking and sealing may rewrite. Ids,
+/// times and classes are never among them.
+pub enum Payload<'a> {
+    Text(&'a mut String),
+    Value(&'a mut Value),
+}
+
 impl RunEvent {
+    /// The fields of this event that carry values (see [`Payload`]).
+    pub fn payloads_mut(&mut self) -> Vec<Payload<'_>> {
+        match self {
+            Self::Started { inputs, .. } => vec![Payload::Value(inputs)],
+            Self::StepSucceeded { output, .. } => vec![Payload::Value(output)],
+            Self::StepFailed { error, .. } => vec![Payload::Text(&mut error.message)],
+            Self::StepSkipped { reason, .. }
+            | Self::CompensationStarted { reason, .. }
+            | Self::Failed { reason, .. }
+            | Self::Cancelled { reason, .. } => vec![Payload::Text(reason)],
+            Self::GateOpened { message, .. } => vec![Payload::Text(message)],
+            Self::GateApproved { comment, .. } => comment.iter_mut().map(Payload::Text).collect(),
+            Self::GateRejected { comment, .. } => vec![Payload::Text(comment)],
+            Self::CompensationStepRan { error, .. } => {
+                error.iter_mut().map(Payload::Text).collect()
+            }
+            Self::Completed { outputs, .. } => vec![Payload::Value(outputs)],
+            Self::StepScheduled { .. }
+            | Self::StepStarted { .. }
+            | Self::StepRetried { .. }
+            | Self::RecoveryApplied { .. }
+            | Self::GateExpired { .. }
+            | Self::CostCharged { .. }
+            | Self::BudgetExceeded { .. } => Vec::new(),
+        }
+    }
+
     /// When the event happened (the time carried by the command that caused it).
     pub fn at(&self) -> DateTime<Utc> {
         match self {

@@ -34,7 +34,7 @@ use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 
 pub use commands::{RunAction, RunCommand};
 pub use error::RunError;
-pub use events::RunEvent;
+pub use events::{Payload, RunEvent};
 pub use state::{
     Attempt, AttemptOutcome, Compensation, CompensationRan, Gate, GateDecision, RunOutcome,
     RunStatus, StepPhase, StepSituation, StepState,

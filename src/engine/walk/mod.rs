@@ -131,8 +131,14 @@ impl<'a> Walker<'a> {
     fn decide(&mut self, command: RunCommand) -> Result<(), EngineError> {
         let events = self.state.decide(command)?;
         for event in events {
-            self.state.apply(event.clone());
-            self.events.push(event);
+            if self.input.protection.is_empty() {
+                self.state.apply(event.clone());
+                self.events.push(event);
+            } else {
+                let (kept, logged) = super::protect::protect(&self.input.protection, event);
+                self.state.apply(kept);
+                self.events.push(logged);
+            }
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ fn attempt(timeout: Option<Duration>) -> Attempt<'static> {
         idempotency_key: "k",
         timeout,
         base_dir: Path::new("/"),
+        mask: &crate::vault::mask::NO_SECRETS,
     }
 }
 

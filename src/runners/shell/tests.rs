@@ -11,6 +11,7 @@ fn attempt(base: &Path) -> Attempt<'_> {
         idempotency_key: "key-1",
         timeout: None,
         base_dir: base,
+        mask: &crate::vault::mask::NO_SECRETS,
     }
 }
 

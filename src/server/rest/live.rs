@@ -80,11 +80,16 @@ pub async fn log_stream(
         ..EventFilter::default()
     };
     let closing = app.board.closing();
+    let store = app.board.store().clone();
     let events = app
         .board
         .store()
         .tail(after, filter)
         .take_until(wait_closed(closing))
+        .then(move |e| {
+            let store = store.clone();
+            async move { reveal_one(&store, e).await }
+        })
         .map(|e| {
             Ok(match e {
                 Ok(e) => Event::default()
@@ -100,6 +105,19 @@ pub async fn log_stream(
             })
         });
     Ok(sse(Box::pin(events)))
+}
+
+/// An event as a viewer may see it (secrets redacted, personal data opened while its
+/// subject is remembered).
+async fn reveal_one(
+    store: &crate::store::EventStore,
+    event: Result<crate::log::RecordedEvent, crate::store::StoreError>,
+) -> Result<crate::log::RecordedEvent, crate::store::StoreError> {
+    let mut event = event?;
+    store
+        .reveal_events(std::slice::from_mut(&mut event), crate::vault::Reveal::View)
+        .await?;
+    Ok(event)
 }
 
 async fn wait_closed(mut closing: tokio::sync::watch::Receiver<bool>) {

@@ -7,6 +7,8 @@ fn spec(kind: InputType, required: bool, default: Option<Value>) -> InputSpec {
         required,
         default,
         description: None,
+        secret: false,
+        personal: false,
     }
 }
 

@@ -1,0 +1,193 @@
+//! Secrets and personal data, end to end through the real `awl` binary, on both
+//! stores:
+//!
+//! - a secret input, a secret env variable and the store's own URL never reach the
+//!   log in clear, though steps use them: a step that prints them, and one that fails
+//!   with the secret in its error, record `[redacted]`; the run still works (the
+//!   secret is sealed in the start event and opened for the steps);
+//! - personal data is sealed in the log (the input, and every text of the run that
+//!   contains it: a step's output, the run's outputs) and shown opened in the run's
+//!   status while its subject is remembered; after `awl forget SUBJECT` the same
+//!   status reads `[erased]`, the log has not changed by one event, and `awl check`
+//!   still passes.
+
+use std::path::Path;
+
+use awl::log::EventFilter;
+use awl::store::EventStore;
+
+use crate::support::cli::{Awl, run_id_of, step};
+use crate::support::{Backend, TestStore};
+
+const LIMIT: u64 = 90;
+const TOKEN: &str = "tok-5f1e9c0a7b2d4e68";
+const ENV_SECRET: &str = "env-secret-93b1d2c4e5";
+const EMAIL: &str = "alice.liddell@example.com";
+
+const WORKFLOW: &str = r#"
+name: protected
+version: "1.0.0"
+subject: "customer:${{ inputs.customer }}"
+inputs:
+  customer: { type: string, required: true }
+  token: { type: string, required: true, secret: true }
+  email: { type: string, required: true, personal: true }
+steps:
+  - id: use
+    type: shell
+    script: 'printf "token=%s env=%s email=%s" "$TOKEN" "$ENV_SECRET" "$EMAIL"'
+    env:
+      TOKEN: "${{ inputs.token }}"
+      ENV_SECRET: "${{ env.AWL_TEST_ENV_SECRET }}"
+      EMAIL: "${{ inputs.email }}"
+  - id: check
+    type: shell
+    script: 'test "$TOKEN" = "$EXPECTED" && printf ok'
+    env:
+      TOKEN: "${{ inputs.token }}"
+      EXPECTED: "${{ env.AWL_TEST_EXPECTED }}"
+  - id: leak
+    type: shell
+    script: 'echo "login failed for token $TOKEN" >&2; exit 3'
+    env:
+      TOKEN: "${{ inputs.token }}"
+    on_error: continue
+outputs:
+  mailed: "sent to ${{ inputs.email }}"
+"#;
+
+/// Every event of the store, as stored, in one text.
+async fn whole_log(store: &EventStore) -> String {
+    let (events, _) = store
+        .read_page(0, 100_000, &EventFilter::default())
+        .await
+        .expect("read the log");
+    serde_json::to_string(&events).expect("events as JSON")
+}
+
+async fn start(awl: &Awl, dir: &Path, url_secret: &str) -> String {
+    let file = dir.join("protected.awl.yaml");
+    std::fs::write(&file, WORKFLOW).expect("write the workflow");
+    let mut cmd = awl.command(&[
+        "run",
+        file.to_str().expect("utf-8 path"),
+        "--var",
+        "customer=42",
+        "--var",
+        &format!("token={TOKEN}"),
+        "--var",
+        &format!("email={EMAIL}"),
+        "--secret-env",
+        "AWL_TEST_ENV_SECRET",
+        "--secret-env",
+        "AWL_TEST_EXPECTED",
+    ]);
+    cmd.env("AWL_TEST_ENV_SECRET", ENV_SECRET)
+        .env("AWL_TEST_EXPECTED", TOKEN);
+    let output = awl.output_of("awl run", &mut cmd).await;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout).to_string(),
+        String::from_utf8_lossy(&output.stderr).to_string(),
+    );
+    assert!(output.status.success(), "awl run failed: {stderr}");
+    for secret in [TOKEN, ENV_SECRET] {
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "awl run printed a secret:\n{stdout}\n{stderr}"
+        );
+    }
+    if !url_secret.is_empty() {
+        assert!(
+            !stderr.contains(url_secret),
+            "awl run printed the store's password"
+        );
+    }
+    run_id_of(&stderr)
+}
+
+pub async fn secrets_never_reach_the_log(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let run_id = start(&awl, dir.path(), "").await;
+
+    let log = whole_log(&t.store).await;
+    for (what, secret) in [
+        ("secret input", TOKEN),
+        ("secret env", ENV_SECRET),
+        ("personal input", EMAIL),
+    ] {
+        assert!(!log.contains(secret), "the {what} is in the log in clear");
+    }
+    assert!(
+        log.contains("[redacted]"),
+        "the masked secrets are not marked"
+    );
+    assert!(
+        log.contains("awl:sealed:v1:secret:"),
+        "the secret input is not sealed"
+    );
+    assert!(
+        log.contains("awl:sealed:v1:personal:"),
+        "the personal data is not sealed"
+    );
+
+    let status = awl.status(&run_id).await;
+    let shown = status.to_string();
+    assert_eq!(status["status"], "SUCCEEDED", "{shown}");
+    // The secret reached the steps: `check` compared it and succeeded.
+    assert_eq!(step(&status, "check")["status"], "succeeded", "{shown}");
+    assert!(
+        !shown.contains(TOKEN) && !shown.contains(ENV_SECRET),
+        "status shows a secret: {shown}"
+    );
+    assert!(
+        shown.contains(&format!("token=[redacted] env=[redacted] email={EMAIL}")),
+        "the step's output, opened for a viewer, masks the secrets and shows the personal data: {shown}"
+    );
+    assert!(
+        shown.contains("login failed for token [redacted]"),
+        "the failing step's error is masked: {shown}"
+    );
+    assert!(
+        shown.contains(&format!("sent to {EMAIL}")),
+        "run outputs: {shown}"
+    );
+}
+
+pub async fn a_forgotten_subject_reads_erased(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let run_id = start(&awl, dir.path(), "").await;
+    let before = whole_log(&t.store).await;
+    assert!(awl.status(&run_id).await.to_string().contains(EMAIL));
+
+    let said = awl.ok(&["forget", "customer:42", "--by", "dpo"]).await;
+    assert!(said.contains("forgot subject"), "{said}");
+    let again = awl.ok(&["forget", "customer:42"]).await;
+    assert!(again.contains("nothing to erase"), "{again}");
+
+    assert_eq!(
+        whole_log(&t.store).await,
+        before,
+        "forgetting rewrote the log"
+    );
+    let status = awl.status(&run_id).await;
+    let shown = status.to_string();
+    assert!(
+        !shown.contains(EMAIL),
+        "the forgotten subject's data is still shown: {shown}"
+    );
+    assert!(shown.contains(r#""mailed":"[erased]""#), "{shown}");
+    // The secret input had its own key, which forgetting the subject left alone; the
+    // log stays valid.
+    let check = awl.ok(&["check"]).await;
+    assert!(check.contains("no problems"), "{check}");
+}
+
+crate::support::on_both_stores!(
+    worker_threads = 2;
+    secrets_never_reach_the_log,
+    a_forgotten_subject_reads_erased,
+);
