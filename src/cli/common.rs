@@ -27,8 +27,14 @@ pub fn owner(kind: &str) -> String {
 
 /// Variables expressions may read: `--env-allow NAME` and `AWL_ENV_ALLOW=HOME,CI`.
 pub fn allowed_env(names: &[String]) -> BTreeMap<String, String> {
+    named_env(names, "AWL_ENV_ALLOW")
+}
+
+/// The variables named by `names` and by the comma-separated list in `list_var`, with
+/// their values (unset ones left out).
+fn named_env(names: &[String], list_var: &str) -> BTreeMap<String, String> {
     let mut all: BTreeSet<String> = names.iter().cloned().collect();
-    if let Ok(list) = std::env::var("AWL_ENV_ALLOW") {
+    if let Ok(list) = std::env::var(list_var) {
         all.extend(
             list.split(',')
                 .map(|s| s.trim().to_string())
@@ -48,18 +54,7 @@ pub fn secrets(
     names: &[String],
     store: &crate::store::EventStore,
 ) -> (BTreeMap<String, String>, crate::vault::Mask) {
-    let mut all: BTreeSet<String> = names.iter().cloned().collect();
-    if let Ok(list) = std::env::var("AWL_SECRET_ENV") {
-        all.extend(
-            list.split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty()),
-        );
-    }
-    let env: BTreeMap<String, String> = all
-        .into_iter()
-        .filter_map(|name| std::env::var(&name).ok().map(|v| (name, v)))
-        .collect();
+    let env = named_env(names, "AWL_SECRET_ENV");
     let mut mask = crate::vault::Mask::new(env.values().cloned());
     let mut urls: Vec<String> = connections().into_values().collect();
     if let crate::store::StoreLocation::Postgres(url) = store.location() {

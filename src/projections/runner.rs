@@ -200,8 +200,18 @@ impl Projections {
 
     /// Prepare, rebuild what is outdated (in the background), then follow the log
     /// until `stop`.
-    pub async fn run(&self, mut stop: watch::Receiver<bool>) -> Result<(), ProjectionError> {
+    pub async fn run(&self, stop: watch::Receiver<bool>) -> Result<(), ProjectionError> {
         let outdated = self.prepare().await?;
+        self.follow(outdated, stop).await
+    }
+
+    /// After [`Projections::prepare`]: rebuild the `outdated` projections it named (in
+    /// the background), then follow the log until `stop`.
+    pub async fn follow(
+        &self,
+        outdated: Vec<&'static str>,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), ProjectionError> {
         for name in outdated {
             let me = self.clone();
             tokio::spawn(async move {

@@ -129,6 +129,8 @@ pub enum ServeError {
     Board(#[from] crate::board::BoardError),
     #[error(transparent)]
     Exec(#[from] crate::executor::ExecError),
+    #[error(transparent)]
+    Projection(#[from] crate::projections::ProjectionError),
 }
 
 /// A started server: its address and the means to stop it.
@@ -182,6 +184,11 @@ pub async fn start(
         })?;
     let addr = listener.local_addr()?;
     let board = Board::open(store.clone(), clock.clone(), config.board.clone()).await?;
+    // The read models' tables exist before the first request (a view asked for at once
+    // is empty or behind, never missing); catching up and rebuilds go on in the
+    // background.
+    let projections = crate::projections::Projections::new(store.clone());
+    let outdated = projections.prepare().await?;
     let mode = if auth_on {
         AuthMode::Tokens(TokenVerifier::new(store.clone(), Duration::from_secs(2)))
     } else {
@@ -218,10 +225,9 @@ pub async fn start(
         tokio::spawn(async move { board.sweep_every(every, stop).await })
     };
     let projector = {
-        let projections = crate::projections::Projections::new(store.clone());
         let stop = stop_rx.clone();
         tokio::spawn(async move {
-            if let Err(e) = projections.run(stop).await {
+            if let Err(e) = projections.follow(outdated, stop).await {
                 tracing::error!(error = %e, "the projections stopped");
             }
         })

@@ -24,7 +24,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::support::server::{self, Api};
+use crate::support::server::{self, Api, sse_messages};
 use crate::support::{Backend, TestStore, on_both_stores, wait_for};
 
 on_both_stores!(worker_threads = 4;
@@ -564,42 +564,6 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
     let status = api.get(None, "/api/v1/projections").await;
     assert_eq!(status.as_array().unwrap().len(), 4);
     server.shutdown().await.unwrap();
-}
-
-/// Read SSE messages (`id`, `event`, `data`) from a response until `n` have come.
-async fn sse_messages(response: reqwest::Response, n: usize) -> Vec<(String, String, Value)> {
-    use futures_util::StreamExt;
-    let mut body = response.bytes_stream();
-    let mut text = String::new();
-    let mut out = Vec::new();
-    while out.len() < n {
-        let chunk = crate::support::within(10, "an SSE message", body.next())
-            .await
-            .expect("the stream goes on")
-            .unwrap();
-        text.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = text.find("\n\n") {
-            let block: String = text.drain(..end + 2).collect();
-            let (mut id, mut event, mut data) = (String::new(), String::new(), String::new());
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    id = v.trim().to_string();
-                } else if let Some(v) = line.strip_prefix("event:") {
-                    event = v.trim().to_string();
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push_str(v.trim());
-                }
-            }
-            if !id.is_empty() {
-                out.push((
-                    id,
-                    event,
-                    serde_json::from_str(&data).unwrap_or(Value::Null),
-                ));
-            }
-        }
-    }
-    out
 }
 
 /// The log's event stream resumes after `Last-Event-ID`; a view's stream says what

@@ -9,15 +9,21 @@
 //!   contains it: a step's output, the run's outputs) and shown opened in the run's
 //!   status while its subject is remembered; after `awl forget SUBJECT` the same
 //!   status reads `[erased]`, the log has not changed by one event, and `awl check`
-//!   still passes.
+//!   still passes;
+//! - the server shows the same: the live event stream and `GET /api/v1/runs/{id}` open
+//!   personal data (then `[erased]`) and never a secret, and the read models behind the
+//!   views hold `[personal]`, never the data.
 
 use std::path::Path;
 
 use awl::log::EventFilter;
 use awl::store::EventStore;
 
+use serde_json::Value;
+
 use crate::support::cli::{Awl, run_id_of, step};
-use crate::support::{Backend, TestStore};
+use crate::support::server::{self, Api, sse_messages};
+use crate::support::{Backend, TestStore, wait_for};
 
 const LIMIT: u64 = 90;
 const TOKEN: &str = "tok-5f1e9c0a7b2d4e68";
@@ -155,6 +161,38 @@ pub async fn secrets_never_reach_the_log(backend: Backend) {
     );
 }
 
+/// What the server shows of the run: every event of the live stream, the run's status,
+/// and its timeline view (once the view has the finished run).
+async fn served(store: &EventStore, run_id: &str) -> (String, String, String) {
+    let server = server::serve(store).await;
+    let api = Api::of(&server);
+    let events = store.head().await.expect("the head") as usize;
+    let stream = reqwest::Client::new()
+        .get(format!(
+            "http://{}/api/v1/events/stream?after=0",
+            server.addr
+        ))
+        .send()
+        .await
+        .expect("the event stream");
+    let messages = sse_messages(stream, events).await;
+    let stream: Vec<Value> = messages.into_iter().map(|(_, _, data)| data).collect();
+    let status = api.get(None, &format!("/api/v1/runs/{run_id}")).await;
+    let timeline = wait_for(LIMIT, "the timeline view to have the run", async || {
+        let view = api
+            .get(None, &format!("/api/v1/views/runs/{run_id}/timeline"))
+            .await;
+        view.to_string().contains("leak").then_some(view)
+    })
+    .await;
+    server.shutdown().await.expect("the server stops");
+    (
+        Value::from(stream).to_string(),
+        status.to_string(),
+        timeline.to_string(),
+    )
+}
+
 pub async fn a_forgotten_subject_reads_erased(backend: Backend) {
     let t = TestStore::new(backend).await;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -162,6 +200,27 @@ pub async fn a_forgotten_subject_reads_erased(backend: Backend) {
     let run_id = start(&awl, dir.path(), "").await;
     let before = whole_log(&t.store).await;
     assert!(awl.status(&run_id).await.to_string().contains(EMAIL));
+    let (stream, status, timeline) = served(&t.store, &run_id).await;
+    for shown in [&stream, &status] {
+        assert!(
+            shown.contains(EMAIL),
+            "personal data is shown while remembered: {shown}"
+        );
+        assert!(
+            !shown.contains(TOKEN) && !shown.contains(ENV_SECRET),
+            "{shown}"
+        );
+        assert!(!shown.contains("awl:sealed:v1:personal"), "{shown}");
+    }
+    assert!(
+        stream.contains("[redacted]"),
+        "the secret input reads redacted: {stream}"
+    );
+    assert!(
+        !timeline.contains(EMAIL),
+        "a read model holds personal data: {timeline}"
+    );
+    assert!(timeline.contains("[personal]"), "{timeline}");
 
     let said = awl.ok(&["forget", "customer:42", "--by", "dpo"]).await;
     assert!(said.contains("forgot subject"), "{said}");
@@ -180,6 +239,14 @@ pub async fn a_forgotten_subject_reads_erased(backend: Backend) {
         "the forgotten subject's data is still shown: {shown}"
     );
     assert!(shown.contains(r#""mailed":"[erased]""#), "{shown}");
+    let (stream, status, _) = served(&t.store, &run_id).await;
+    for shown in [&stream, &status] {
+        assert!(
+            !shown.contains(EMAIL),
+            "forgotten data still served: {shown}"
+        );
+        assert!(shown.contains("[erased]"), "{shown}");
+    }
     // The secret input had its own key, which forgetting the subject left alone; the
     // log stays valid.
     let check = awl.ok(&["check"]).await;

@@ -181,3 +181,39 @@ impl Api {
         self.ok_as(token, Method::POST, path, Some(body)).await
     }
 }
+
+/// Read SSE messages (`id`, `event`, `data`) from a response until `n` have come.
+pub async fn sse_messages(response: reqwest::Response, n: usize) -> Vec<(String, String, Value)> {
+    use futures_util::StreamExt;
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let chunk = crate::support::within(10, "an SSE message", body.next())
+            .await
+            .expect("the stream goes on")
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let (mut id, mut event, mut data) = (String::new(), String::new(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    event = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim());
+                }
+            }
+            if !id.is_empty() {
+                out.push((
+                    id,
+                    event,
+                    serde_json::from_str(&data).unwrap_or(Value::Null),
+                ));
+            }
+        }
+    }
+    out
+}
