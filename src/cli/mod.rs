@@ -143,6 +143,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
         }
         Command::Schema => return validate::print_schema(),
+        Command::Replay(args) if !args.needs_store() => return replay::replay_histories(&args),
         _ => {}
     }
     let location = StoreLocation::from_url_or_default(cli.database_url.as_deref())?;

@@ -23,6 +23,7 @@ mod recovery;
 mod render;
 #[cfg(test)]
 mod tests;
+pub mod verify;
 mod walk;
 
 use std::collections::{BTreeMap, BTreeSet};

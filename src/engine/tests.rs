@@ -17,6 +17,7 @@ use crate::domain::run::{
 use crate::workflow::model::Workflow;
 use crate::workflow::validate::check;
 
+use super::verify::{Decided, Recorded, ReplayContext, verify_history};
 use super::*;
 
 fn t0() -> DateTime<Utc> {
@@ -160,6 +161,27 @@ impl Sim {
         for e in self.run.decide(command).unwrap() {
             self.run.apply(e.clone());
             self.log.push(e);
+        }
+    }
+}
+
+/// Every scenario's history must replay through the engine to the same decisions
+/// (`verify.rs`): the scenarios double as histories for the non-determinism check.
+impl Drop for Sim {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let history: Vec<Recorded> = self.log.iter().cloned().map(Recorded::plain).collect();
+        let context = ReplayContext {
+            env: self.env.clone(),
+            ..ReplayContext::default()
+        };
+        if let Err(divergence) = verify_history(&self.def, &history, &context) {
+            panic!(
+                "the scenario's history does not replay: {divergence}\n{:#?}",
+                types(&self.log)
+            );
         }
     }
 }
@@ -1401,4 +1423,109 @@ fn secrets_are_masked_in_state_and_log_and_personal_data_sealed_in_the_log_only(
     // And the same decision sealed twice is the same text.
     let again = super::tick(&sim.def, &sim.run, &input).unwrap();
     assert_eq!(serde_json::to_string(&again.events).unwrap(), logged);
+
+    // So the history, sealed in the log and opened for the fold, replays to the same
+    // decisions with the run's keys, and not without them.
+    let mut recorded: Vec<Recorded> = sim.log.iter().cloned().map(Recorded::plain).collect();
+    for event in &tick.events {
+        let mut value = serde_json::to_value(event).unwrap();
+        reveal(&mut value, &keys, Reveal::Plain);
+        recorded.push(Recorded {
+            logged: event.clone(),
+            opened: serde_json::from_value(value).unwrap(),
+        });
+    }
+    let with_keys = ReplayContext {
+        protection: protection.clone(),
+        ..ReplayContext::default()
+    };
+    verify_history(&sim.def, &recorded, &with_keys).unwrap();
+    let divergence = verify_history(&sim.def, &recorded, &ReplayContext::default()).unwrap_err();
+    assert_eq!(divergence.step, Some(sid("call")), "{divergence}");
+}
+
+// ---------------------------------------------------------------- replay verification
+
+/// A finished scenario's history, for the verifier.
+fn history(sim: &Sim) -> Vec<Recorded> {
+    sim.log.iter().cloned().map(Recorded::plain).collect()
+}
+
+#[test]
+fn a_history_replays_clean_and_a_changed_back_off_is_named_at_its_step() {
+    let mut sim = Sim::start(RETRY, json!({}));
+    sim.tick();
+    sim.fail("call", ErrorClass::Network);
+    sim.at(2).tick();
+    sim.succeed("call");
+    sim.succeed("after");
+    assert!(sim.run.is_terminal());
+    let recorded = history(&sim);
+    let verified = verify_history(&sim.def, &recorded, &ReplayContext::default()).unwrap();
+    assert_eq!(verified.outside, 1, "only the start came from outside");
+    assert_eq!(verified.decisions, recorded.len() - 1);
+
+    // The same history under a definition whose back-off doubled.
+    let changed = workflow(&RETRY.replace("base_seconds: 2", "base_seconds: 4"));
+    let divergence = verify_history(&changed, &recorded, &ReplayContext::default()).unwrap_err();
+    assert_eq!(divergence.step, Some(sid("call")));
+    assert_eq!(
+        types(std::slice::from_ref(&divergence.recorded)),
+        vec!["run.step_retried"]
+    );
+    let message = divergence.to_string();
+    assert!(
+        message.starts_with("non-determinism at event ") && message.contains("(step `call`)"),
+        "{message}"
+    );
+    assert!(message.contains("\"backoff_ms\":2000"), "{message}");
+    assert!(message.contains("\"backoff_ms\":4000"), "{message}");
+}
+
+#[test]
+fn a_step_the_history_never_ran_is_a_divergence_naming_it() {
+    let mut sim = Sim::start(THREE, json!({}));
+    sim.tick();
+    sim.succeed("a");
+    sim.succeed("b");
+    sim.succeed("c");
+    assert!(sim.run.is_terminal());
+    let recorded = history(&sim);
+    // A new step between `a` and `b`: the history starts `b` where the code starts it.
+    let changed = workflow(&THREE.replace(
+        "  - id: b\n",
+        "  - id: inserted\n    tool: noop\n  - id: b\n",
+    ));
+    let divergence = verify_history(&changed, &recorded, &ReplayContext::default()).unwrap_err();
+    assert_eq!(divergence.step, Some(sid("b")), "{divergence}");
+    match &divergence.decided {
+        Decided::Event(event) => assert!(
+            serde_json::to_string(event).unwrap().contains("inserted"),
+            "{divergence}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_history_that_ends_early_or_holds_a_person_s_decisions_replays() {
+    // A gate approved by a person: applied as recorded, then the engine goes on.
+    let mut sim = Sim::start(GATED, json!({}));
+    sim.tick();
+    let gate = open_gate(&sim);
+    sim.at(5).decide(RunCommand::ApproveGate {
+        gate_id: gate.gate_id,
+        by: "ops".into(),
+        comment: None,
+        at: t0() + Duration::seconds(5),
+    });
+    sim.tick();
+    let recorded = history(&sim);
+    let verified = verify_history(&sim.def, &recorded, &ReplayContext::default()).unwrap();
+    assert_eq!(verified.outside, 2, "the start and the approval");
+    // Any prefix of a history replays too (a run in flight).
+    for end in 1..recorded.len() {
+        verify_history(&sim.def, &recorded[..end], &ReplayContext::default())
+            .unwrap_or_else(|d| panic!("prefix of {end} events: {d}"));
+    }
 }

@@ -40,6 +40,9 @@ pub enum RunsError {
     Busy(StreamRef),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// A history file cannot be made or does not replay.
+    #[error(transparent)]
+    History(#[from] super::history::HistoryError),
     #[error("{what} cannot be read: {reason}")]
     Corrupt { what: String, reason: String },
     #[error(transparent)]
@@ -61,6 +64,8 @@ impl Classified for RunsError {
             Self::Run(_) | Self::Task(_) | Self::IdempotencyMismatch { .. } => ErrorKind::Conflict,
             Self::Busy(_) => ErrorKind::Unavailable,
             Self::Engine(_) | Self::Corrupt { .. } => ErrorKind::Internal,
+            Self::History(super::history::HistoryError::Sealed(_)) => ErrorKind::Invalid,
+            Self::History(_) => ErrorKind::Internal,
             Self::Projection(e) => e.kind(),
             Self::Query(e) => e.kind(),
             Self::Store(e) => e.kind(),
@@ -78,6 +83,8 @@ impl Classified for RunsError {
             Self::IdempotencyMismatch { .. } => "idempotency_mismatch",
             Self::Busy(_) => "busy",
             Self::Engine(_) => "engine_error",
+            Self::History(super::history::HistoryError::Divergence(_)) => "non_determinism",
+            Self::History(_) => "history_unreadable",
             Self::Corrupt { .. } => "corrupt",
             Self::Projection(e) => e.code(),
             Self::Query(e) => e.code(),

@@ -6,7 +6,10 @@
 //!   same run, and a different request under that key is refused;
 //! - `gates.rs`: find a gate's run and decide the gate;
 //! - `tasks.rs`: finish an agent step's task by hand;
-//! - `replay.rs`: rebuild a run from its events and say what a worker would do next;
+//! - `replay.rs`: rebuild a run from its events, check that the engine still decides
+//!   what they record, and say what a worker would do next;
+//! - `history.rs`: a run's history as a file, replayed by another build (golden
+//!   histories);
 //! - here: read a run, list runs, cancel a run.
 //!
 //! Every change is one [`Command`] on the run's (or task's) stream, appended together
@@ -15,6 +18,7 @@
 
 mod error;
 mod gates;
+pub mod history;
 mod replay;
 mod start;
 mod tasks;
@@ -33,6 +37,7 @@ use crate::store::command::Command;
 use crate::store::{EventStore, domain_io};
 use crate::telemetry;
 
+pub use crate::engine::verify::{Divergence, Verified};
 pub use error::RunsError;
 pub use gates::GateDecision;
 pub use replay::Replay;

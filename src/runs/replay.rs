@@ -1,11 +1,16 @@
-//! Replaying a run: rebuild it from its events alone, timed, and ask the engine what a
-//! worker would do next, without doing it. `awl replay` shows this; it is also the
-//! quickest check that a run's history still folds after an event type evolved.
+//! Replaying a run: rebuild it from its events alone, timed, check that the engine
+//! still decides every event it once decided (`engine::verify`), and ask it what a
+//! worker would do next, without doing it. `awl replay` shows this; it is the check
+//! that a run's history still folds, and still leads to the same decisions, after an
+//! event type or the engine evolved.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::domain::ids::RunId;
 use crate::domain::run::Run;
+use crate::engine::verify::{Divergence, Recorded, ReplayContext, Verified, verify_history};
 use crate::engine::{self, TickInput};
 use crate::store::domain_io;
 
@@ -21,15 +26,25 @@ pub struct Replay {
     pub read: Duration,
     /// Folding the events.
     pub fold: Duration,
+    /// Whether the engine decides again every event it decided in this history.
+    pub verified: Result<Verified, Box<Divergence>>,
     /// The events and effects a worker picking the run up now would produce (their
     /// type names).
     pub next: Vec<String>,
 }
 
 impl Runs {
-    pub async fn replay(&self, run_id: RunId) -> Result<Replay, RunsError> {
+    /// Replay `run_id`, ticking with `env` as the workflow's `env.NAME` (the worker's
+    /// allowed environment).
+    pub async fn replay(
+        &self,
+        run_id: RunId,
+        env: BTreeMap<String, String>,
+        always: &crate::vault::Mask,
+    ) -> Result<Replay, RunsError> {
         let started = Instant::now();
-        let mut events = self.store.read_stream(&run_stream(run_id)).await?;
+        let logged = self.store.read_stream(&run_stream(run_id)).await?;
+        let mut events = logged.clone();
         let keys = self
             .store
             .reveal_events(&mut events, crate::vault::Reveal::Plain)
@@ -46,17 +61,33 @@ impl Runs {
             .definitions
             .get(&self.store, &name, run.workflow_version())
             .await?;
+        let context = ReplayContext {
+            env,
+            protection: Arc::new(engine::protect::protection(
+                &definition,
+                &run,
+                &keys,
+                always,
+            )),
+        };
+        let history = logged
+            .iter()
+            .zip(&events)
+            .map(|(logged, opened)| {
+                Ok(Recorded {
+                    logged: domain_io::decode::<Run>(logged)?,
+                    opened: domain_io::decode::<Run>(opened)?,
+                })
+            })
+            .collect::<Result<Vec<_>, crate::store::StoreError>>()?;
+        let verified = verify_history(&definition, &history, &context);
         let tick = engine::tick(
             &definition,
             &run,
             &TickInput {
                 now: self.now(),
-                protection: std::sync::Arc::new(engine::protect::protection(
-                    &definition,
-                    &run,
-                    &keys,
-                    &crate::vault::Mask::default(),
-                )),
+                env: context.env.clone(),
+                protection: context.protection.clone(),
                 ..TickInput::default()
             },
         )?;
@@ -71,6 +102,7 @@ impl Runs {
             version,
             read,
             fold,
+            verified,
             next,
         })
     }

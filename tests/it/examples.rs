@@ -58,6 +58,7 @@ fn example(file: &str) -> String {
 /// and where examples write their files).
 struct Sandbox {
     _t: TestStore,
+    backend: Backend,
     scratch: tempfile::TempDir,
     awl: Awl,
 }
@@ -96,6 +97,7 @@ impl Sandbox {
         let awl = Awl::bounded(&t.location, TIMEOUT_SECS).in_dir(scratch.path());
         Self {
             _t: t,
+            backend,
             scratch,
             awl,
         }
@@ -126,7 +128,41 @@ impl Sandbox {
     async fn run_path(&self, path: &str, vars: &[(&str, &str)]) -> Ran {
         let output = self.awl_run(false, path, vars).await;
         let run_id = run_id_of(&String::from_utf8_lossy(&output.stderr));
+        self.replays_the_same(&run_id).await;
         Ran { output, run_id }
+    }
+
+    /// `awl replay RUN`: this build's engine decides again every event it decided in
+    /// the run (`engine::verify`), so every example run is also a replay test.
+    async fn replays_the_same(&self, run_id: &str) {
+        let output = self.awl.output(&["replay", run_id, "--json"]).await;
+        let replay: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "awl replay printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        assert!(
+            output.status.success() && replay["replay"]["verified"]["decisions"].as_u64() > Some(0),
+            "run {run_id} does not replay to the same decisions: {:#}",
+            replay["replay"]
+        );
+    }
+
+    /// Keep a finished run as a golden history: export it, replay the file (as CI
+    /// replays `tests/golden/`), and with `AWL_UPDATE_GOLDEN=1`, on SQLite, write it to
+    /// `tests/golden/NAME.json` (`scripts/record-golden`).
+    async fn golden(&self, name: &str, run_id: &str) {
+        let file = self.file(&format!("{name}.history.json"));
+        self.awl.ok(&["replay", run_id, "--export", &file]).await;
+        self.awl.ok(&["replay", "--history", &file]).await;
+        if std::env::var_os("AWL_UPDATE_GOLDEN").is_some() && self.backend == Backend::Sqlite {
+            let kept = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/golden")
+                .join(format!("{name}.json"));
+            std::fs::copy(&file, &kept)
+                .unwrap_or_else(|e| panic!("cannot write {}: {e}", kept.display()));
+        }
     }
 
     /// `awl run --detach FILE ...` of an example: the run's id.
@@ -175,15 +211,18 @@ impl Sandbox {
         }
     }
 
-    /// Wait until the run has ended.
+    /// Wait until the run has ended (and check that it replays).
     async fn finished(&self, run_id: &str) -> Value {
-        self.wait_for(run_id, "the end", |s| {
-            matches!(
-                s["status"].as_str(),
-                Some("SUCCEEDED" | "FAILED" | "CANCELLED")
-            )
-        })
-        .await
+        let status = self
+            .wait_for(run_id, "the end", |s| {
+                matches!(
+                    s["status"].as_str(),
+                    Some("SUCCEEDED" | "FAILED" | "CANCELLED")
+                )
+            })
+            .await;
+        self.replays_the_same(run_id).await;
+        status
     }
 
     /// `awl events --json --stream RUN`: the run's events in log order.
@@ -262,6 +301,7 @@ async fn hello_greets_with_its_input(backend: Backend) {
     assert_eq!(status["workflow"], "hello");
     assert_eq!(outcomes(&status, "greet"), vec!["SUCCEEDED"]);
     assert_eq!(status["outcome"]["outputs"]["greeting"], "hello, Ada");
+    s.golden("hello", &ran.run_id).await;
 
     // The default input.
     let ran = s.run("hello.awl.yaml", &[]).await;
@@ -299,6 +339,7 @@ async fn retry_backoff_retries_until_the_flaky_step_succeeds(backend: Backend) {
     );
 
     let status = s.status(&ran.run_id).await;
+    s.golden("retry-backoff-succeeds", &ran.run_id).await;
     assert_eq!(status["status"], "SUCCEEDED");
     assert_eq!(
         outcomes(&status, "flaky"),
@@ -350,6 +391,7 @@ async fn retry_backoff_fails_when_the_retries_run_out(backend: Backend) {
     assert!(ran.stderr().contains("failed"), "{}", ran.stderr());
 
     let status = s.status(&ran.run_id).await;
+    s.golden("retry-backoff-fails", &ran.run_id).await;
     assert_eq!(status["status"], "FAILED");
     assert_eq!(outcomes(&status, "flaky"), vec!["FAILED"; 4]);
     assert_eq!(attempts(&status, "flaky")[3]["recovery"]["kind"], "abort");
@@ -415,6 +457,7 @@ async fn order_saga_compensates_in_reverse_order_when_shipping_fails(backend: Ba
     );
 
     let status = s.status(&ran.run_id).await;
+    s.golden("order-saga-compensates", &ran.run_id).await;
     assert_eq!(status["status"], "FAILED");
     assert_eq!(status["outcome"]["error_class"], "unknown");
     let reason = status["outcome"]["reason"].as_str().unwrap_or_default();
@@ -494,6 +537,7 @@ async fn error_handling_falls_back_continues_and_skips(backend: Backend) {
     );
 
     let status = s.status(&ran.run_id).await;
+    s.golden("error-handling", &ran.run_id).await;
     assert_eq!(status["status"], "SUCCEEDED");
     // Fallback: the first attempt's tool is missing; the second uses the other tool.
     assert_eq!(outcomes(&status, "fetch"), vec!["FAILED", "SUCCEEDED"]);
@@ -535,6 +579,7 @@ async fn mirror_race_takes_the_first_mirror_to_answer(backend: Backend) {
     assert_eq!(ran.outputs(), json!({"winner": "fast_mirror"}));
 
     let status = s.status(&ran.run_id).await;
+    s.golden("mirror-race", &ran.run_id).await;
     assert_eq!(status["status"], "SUCCEEDED");
     assert_eq!(
         step(&status, "race")["output"]["branches"]["fast_mirror"],
@@ -624,6 +669,7 @@ async fn release_waits_for_approval_then_deploys_through_the_sub_workflow(backen
     assert!(approved.contains(&run_id), "{approved}");
 
     let status = s.finished(&run_id).await;
+    s.golden("release-approved", &run_id).await;
     worker.kill(TIMEOUT_SECS).await;
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
     assert_eq!(
@@ -714,6 +760,7 @@ async fn release_rejected_at_the_gate_fails_and_says_why(backend: Backend) {
         .await;
 
     let status = s.finished(&run_id).await;
+    s.golden("release-rejected", &run_id).await;
     worker.kill(TIMEOUT_SECS).await;
     assert_eq!(status["status"], "FAILED", "{status:#}");
     assert_eq!(step_status(&status, "approve"), "failed");

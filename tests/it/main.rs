@@ -8,6 +8,7 @@
 //! inputs, back-off, cancellation, no lost wake-ups) with `awl worker` child processes
 //! on both stores. `mcp` drives the MCP endpoint with the official MCP Python SDK
 //! (`tests/mcp/*.py`, from the virtualenv `scripts/test` provides) and raw HTTP.
+//! `golden` replays the recorded histories in `tests/golden/` through this build.
 //! Postgres is found through `AWL_TEST_DATABASE_URL` or `DATABASE_URL` (an admin
 //! URL; each test creates and drops its own database), defaulting to
 //! `postgres://postgres@127.0.0.1:5432/postgres`. `scripts/test` provides one.
@@ -20,6 +21,7 @@ mod dashboard;
 mod examples;
 mod executor;
 mod faults;
+mod golden;
 mod mcp;
 mod observability;
 mod projections;
