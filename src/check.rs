@@ -8,19 +8,28 @@
 //! - every step attempt of a run has at most one outcome (`run.step_succeeded` or
 //!   `run.step_failed`), and only after it started;
 //! - every gate is decided (approved, rejected or expired) at most once, and only
-//!   after it opened.
+//!   after it opened;
+//! - every task event is a legal transition from the state its stream had folded to
+//!   (`Task::permits`, the rules `decide` applies to the command behind it);
+//! - every projection's tables equal a fold of the log up to its checkpoint
+//!   (`Projections::verify`, a scratch generation beside the live one; skipped with
+//!   `--log-only`).
 //!
-//! The checks are pure over recorded events ([`Checker`]); [`check_store`] reads the
-//! log page by page and feeds them. Used by operators after an incident and by the
-//! fault tests after every fault.
+//! The log checks are pure over recorded events ([`Checker`]); [`check_store`] reads
+//! the log page by page and feeds them, then compares the projections. Used by
+//! operators after an incident and by the fault tests after every fault.
 
 use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
+use cqrs_es::{Aggregate, DomainEvent};
+
 use crate::domain::ids::GateId;
 use crate::domain::run::{Run, RunEvent};
+use crate::domain::task::{Task, TaskEvent};
 use crate::log::{EventFilter, RecordedEvent, StreamType};
+use crate::projections::{ProjectionError, Projections};
 use crate::store::{EventStore, StoreError, domain_io};
 
 /// One thing wrong in the log.
@@ -33,7 +42,8 @@ pub struct Finding {
     /// names the event and its own position).
     pub position: i64,
     /// Which rule: `undecodable`, `version_gap`, `outcome_twice`,
-    /// `outcome_without_start`, `gate_decided_twice`, `gate_decided_unopened`.
+    /// `outcome_without_start`, `gate_decided_twice`, `gate_decided_unopened`,
+    /// `task_transition_illegal`, `projection_differs`.
     pub rule: &'static str,
     pub message: String,
 }
@@ -54,6 +64,8 @@ pub struct Checker {
     /// Per run: attempts started, attempts with an outcome, gates opened, gates
     /// decided.
     runs: HashMap<String, RunSeen>,
+    /// Per task: its state folded so far.
+    tasks: HashMap<String, Task>,
     findings: Vec<Finding>,
 }
 
@@ -69,11 +81,41 @@ impl Checker {
     pub fn observe(&mut self, event: &RecordedEvent) {
         self.events += 1;
         self.check_version(event);
-        if event.stream.kind == StreamType::Run {
-            match domain_io::decode::<Run>(event) {
+        match event.stream.kind {
+            StreamType::Run => match domain_io::decode::<Run>(event) {
                 Ok(run_event) => self.check_run(event, &run_event),
                 Err(e) => self.found(event, "undecodable", e.to_string()),
-            }
+            },
+            StreamType::Task => match domain_io::decode::<Task>(event) {
+                Ok(task_event) => self.check_task(event, task_event),
+                Err(e) => self.found(event, "undecodable", e.to_string()),
+            },
+            _ => {}
+        }
+    }
+
+    fn check_task(&mut self, event: &RecordedEvent, task_event: TaskEvent) {
+        let task = self.tasks.entry(event.stream.id.clone()).or_default();
+        if !task.permits(&task_event) {
+            let now = task
+                .status()
+                .map_or("not queued".to_string(), |s| s.to_string());
+            let allowed = match task.allowed_before(&task_event) {
+                None => "only a task not yet queued".to_string(),
+                Some(list) => list
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            };
+            let message = format!(
+                "{} while the task is {now} (allowed from: {allowed})",
+                task_event.event_type()
+            );
+            task.apply(task_event);
+            self.found(event, "task_transition_illegal", message);
+        } else {
+            task.apply(task_event);
         }
     }
 
@@ -184,8 +226,40 @@ impl Checker {
 /// How many events are read per page.
 const PAGE: i64 = 5_000;
 
-/// Check the whole log of `store`.
-pub async fn check_store(store: &EventStore) -> Result<Report, StoreError> {
+/// Why a check could not be completed (a finding is not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("comparing the projections: {0}")]
+    Projection(#[from] ProjectionError),
+}
+
+/// Check the whole log of `store`, and unless `log_only`, every projection against
+/// it.
+pub async fn check_store(store: &EventStore, log_only: bool) -> Result<Report, CheckError> {
+    let mut report = check_log(store).await?;
+    if !log_only {
+        let projections = Projections::new(store.clone());
+        for name in projections.names() {
+            for d in projections.verify(name).await? {
+                report.findings.push(Finding {
+                    stream: format!("projection/{}", d.projection),
+                    position: d.position,
+                    rule: "projection_differs",
+                    message: format!(
+                        "table {} differs from a fold of the log up to position {}: {} rows only live, {} only folded ({})",
+                        d.table, d.position, d.only_live, d.only_folded, d.example
+                    ),
+                });
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Check the log alone.
+async fn check_log(store: &EventStore) -> Result<Report, StoreError> {
     let mut checker = Checker::default();
     let filter = EventFilter::default();
     let mut after = 0;

@@ -88,3 +88,57 @@ fn each_rule_names_the_event_it_found() {
         ]
     );
 }
+
+const TASK: &str = "01a20e6b-8945-711b-9472-ef7063836892";
+
+fn task_event(position: i64, version: i64, event_type: &str, payload: Value) -> RecordedEvent {
+    RecordedEvent {
+        stream: StreamRef::new(StreamType::Task, TASK),
+        ..event(position, version, event_type, payload)
+    }
+}
+
+#[test]
+fn a_task_event_out_of_turn_is_named_with_what_was_allowed() {
+    let queued = json!({"task_id": TASK, "prompt": "p", "required_capabilities": [],
+        "workspace": null, "agent_hint": null, "priority": 0, "review_required": true,
+        "run_step": null, "at": at()});
+    let assigned = json!({"agent_id": "a1", "at": at()});
+    let acknowledged = json!({"agent_id": "a1", "at": at()});
+    let completed = json!({"by": {"user": "ops"}, "result": {}, "at": at()});
+    let events = [
+        task_event(1, 1, "task.queued", queued.clone()),
+        // Acknowledged without a delivery: illegal from ASSIGNED.
+        task_event(2, 2, "task.assigned", assigned),
+        task_event(3, 3, "task.acknowledged", acknowledged),
+        // Completed without the review it requires.
+        task_event(4, 4, "task.completed", completed),
+        // Queued again on a finished stream.
+        task_event(5, 5, "task.queued", queued),
+    ];
+    let mut checker = Checker::default();
+    for e in &events {
+        checker.observe(e);
+    }
+    let findings = checker.finish().findings;
+    let rules: Vec<(&str, i64)> = findings.iter().map(|f| (f.rule, f.position)).collect();
+    assert_eq!(
+        rules,
+        vec![
+            ("task_transition_illegal", 3),
+            ("task_transition_illegal", 4),
+            ("task_transition_illegal", 5),
+        ],
+        "{findings:#?}"
+    );
+    assert_eq!(
+        findings[0].message,
+        "task.acknowledged while the task is ASSIGNED (allowed from: PENDING_ACK)"
+    );
+    assert_eq!(
+        findings[1].message,
+        "task.completed while the task is IN_PROGRESS (allowed from: APPROVED)"
+    );
+    assert!(findings[2].message.contains("only a task not yet queued"));
+    assert_eq!(findings[0].stream, format!("task/{TASK}"));
+}

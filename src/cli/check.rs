@@ -1,5 +1,6 @@
-//! `awl check`: verify the store's log (versions, step outcomes, gate decisions) and
-//! print every problem with its stream and position; exit 1 if there is one.
+//! `awl check`: verify the store's log (versions, step outcomes, gate decisions, task
+//! transitions) and every projection against it, and print every problem with its
+//! stream and position; exit 1 if there is one.
 
 use clap::Args;
 
@@ -13,10 +14,14 @@ pub struct CheckArgs {
     /// One JSON object: the counts and every finding.
     #[arg(long)]
     json: bool,
+    /// Check the log only, not the projections (comparing them folds the log once
+    /// more per projection).
+    #[arg(long)]
+    log_only: bool,
 }
 
 pub async fn check(store: EventStore, args: CheckArgs) -> anyhow::Result<()> {
-    let report = check_store(&store).await?;
+    let report = check_store(&store, args.log_only).await?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

@@ -20,6 +20,7 @@ mod fold;
 pub mod queries;
 pub mod runner;
 mod runs;
+mod verify;
 
 use std::sync::Arc;
 
@@ -30,6 +31,7 @@ use crate::store::rows::Param;
 use crate::store::{StoreError, StoreTx};
 
 pub use runner::{ProjectionStatus, Projections};
+pub use verify::TableDifference;
 
 /// What can go wrong while projecting.
 #[derive(Debug, thiserror::Error)]

@@ -53,10 +53,10 @@ pub struct Projections {
     list: Vec<Arc<dyn Projection>>,
 }
 
-struct State {
+pub(super) struct State {
     version: i64,
-    generation: i64,
-    position: i64,
+    pub(super) generation: i64,
+    pub(super) position: i64,
 }
 
 impl Projections {
@@ -72,13 +72,17 @@ impl Projections {
     /// the WAL flush (`synchronous_commit = off`): a projection is a cache of the log,
     /// and a crash can only lose its last batches, checkpoint and rows together, which
     /// are applied again at the next start.
-    async fn begin(&self) -> Result<StoreTx, ProjectionError> {
+    pub(super) async fn begin(&self) -> Result<StoreTx, ProjectionError> {
         let mut tx = self.store.begin().await?;
         if self.store.backend_name() == "postgres" {
             tx.execute("SET LOCAL synchronous_commit = off", &[])
                 .await?;
         }
         Ok(tx)
+    }
+
+    pub(super) fn store(&self) -> &EventStore {
+        &self.store
     }
 
     pub fn names(&self) -> Vec<&'static str> {
@@ -91,7 +95,7 @@ impl Projections {
         self.list.iter().map(|p| p.name()).find(|n| *n == name)
     }
 
-    fn find(&self, name: &str) -> Result<Arc<dyn Projection>, ProjectionError> {
+    pub(super) fn find(&self, name: &str) -> Result<Arc<dyn Projection>, ProjectionError> {
         self.list
             .iter()
             .find(|p| p.name() == name)
@@ -524,7 +528,7 @@ impl Projections {
     }
 }
 
-fn filter_of(p: &dyn Projection) -> EventFilter {
+pub(super) fn filter_of(p: &dyn Projection) -> EventFilter {
     EventFilter {
         stream_types: p.stream_types(),
         ..EventFilter::default()
@@ -544,7 +548,7 @@ async fn lock_all(tx: &mut StoreTx, backend: &str) -> Result<(), ProjectionError
     Ok(())
 }
 
-async fn read_state(
+pub(super) async fn read_state(
     tx: &mut StoreTx,
     name: &str,
     for_update: bool,
@@ -568,7 +572,7 @@ async fn read_state(
     }))
 }
 
-async fn create_generation(
+pub(super) async fn create_generation(
     tx: &mut StoreTx,
     p: &dyn Projection,
     generation: i64,
@@ -580,7 +584,7 @@ async fn create_generation(
     Ok(())
 }
 
-async fn drop_generation(
+pub(super) async fn drop_generation(
     tx: &mut StoreTx,
     p: &dyn Projection,
     generation: i64,
@@ -610,7 +614,7 @@ async fn point_views(
 
 /// Events as read models may keep them: secrets redacted, personal data replaced by
 /// a marker (never opened), so forgetting a subject leaves nothing to purge here.
-fn hidden(events: &[RecordedEvent]) -> std::borrow::Cow<'_, [RecordedEvent]> {
+pub(super) fn hidden(events: &[RecordedEvent]) -> std::borrow::Cow<'_, [RecordedEvent]> {
     let mut ids = std::collections::BTreeSet::new();
     for event in events {
         crate::vault::key_ids(&event.payload, &mut ids);

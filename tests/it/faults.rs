@@ -472,4 +472,94 @@ async fn awl_check_names_what_is_wrong_and_where(backend: Backend) {
     assert_eq!(report["events"], 3);
     assert_eq!(report["findings"][0]["rule"], "outcome_twice");
     assert_eq!(report["findings"][0]["position"], 3);
+
+    // A task acknowledged that was never delivered.
+    let task = "01a20e6b-8945-711b-9472-ef7063836892";
+    let queued = json!({"task_id": task, "prompt": "p", "required_capabilities": [],
+        "workspace": null, "agent_hint": null, "priority": 0, "review_required": false,
+        "run_step": null, "at": at});
+    t.store
+        .append(AppendRequest::new(
+            StreamRef::new(StreamType::Task, task),
+            ExpectedVersion::NoStream,
+            vec![
+                event("task.queued", queued),
+                event("task.acknowledged", json!({"agent_id": "a1", "at": at})),
+            ],
+        ))
+        .await
+        .expect("append");
+    // The projections caught up, then a row of one removed behind their back.
+    awl.ok(&["projections", "rebuild"]).await;
+    let generation = t
+        .store
+        .query_rows(
+            "SELECT generation FROM projection_state WHERE name = 'audit'",
+            &[],
+        )
+        .await
+        .expect("the audit projection's state")[0]["generation"]
+        .as_i64()
+        .expect("a generation");
+    t.store
+        .execute_sql(&format!(
+            "DELETE FROM audit_g{generation} WHERE position = 2"
+        ))
+        .await
+        .expect("delete a row");
+    let json_out = awl.output(&["check", "--json"]).await;
+    assert!(!json_out.status.success());
+    let report: Value = serde_json::from_slice(&json_out.stdout).expect("JSON");
+    let findings: Vec<(String, String, i64)> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| {
+            (
+                f["rule"].as_str().unwrap_or_default().to_string(),
+                f["stream"].as_str().unwrap_or_default().to_string(),
+                f["position"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        findings,
+        vec![
+            ("outcome_twice".into(), format!("run/{run}"), 3),
+            ("task_transition_illegal".into(), format!("task/{task}"), 5),
+            ("projection_differs".into(), "projection/audit".into(), 5),
+        ],
+        "{report:#}"
+    );
+    let differs = report["findings"][2]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        differs.contains("table audit") && differs.contains("0 rows only live, 1 only folded"),
+        "{differs}"
+    );
+    let task_finding = report["findings"][1]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        task_finding.contains("allowed from: PENDING_ACK"),
+        "{task_finding}"
+    );
+    // The log alone still has its two problems; the projections are not compared.
+    let log_only = awl.output(&["check", "--log-only", "--json"]).await;
+    let report: Value = serde_json::from_slice(&log_only.stdout).expect("JSON");
+    assert_eq!(
+        report["findings"].as_array().map(Vec::len),
+        Some(2),
+        "{report:#}"
+    );
+    // Rebuilt, the projection is a fold of the log again.
+    awl.ok(&["projections", "rebuild", "audit"]).await;
+    let report: Value =
+        serde_json::from_slice(&awl.output(&["check", "--json"]).await.stdout).expect("JSON");
+    assert_eq!(
+        report["findings"].as_array().map(Vec::len),
+        Some(2),
+        "{report:#}"
+    );
 }

@@ -267,6 +267,38 @@ impl Decide for Task {
     }
 }
 
+impl Task {
+    /// The statuses `event` may follow, by the same rules `decide` applies to the
+    /// command that records it (`None` for `task.queued`: only a task not yet on the
+    /// board). `awl check` holds a recorded stream to this.
+    pub fn allowed_before(&self, event: &TaskEvent) -> Option<&'static [TaskStatus]> {
+        Some(match event {
+            TaskEvent::Queued { .. } => return None,
+            TaskEvent::Assigned { .. } => &[Queued],
+            TaskEvent::Delivered { .. } => &[Assigned],
+            TaskEvent::Acknowledged { .. } => &[PendingAck],
+            TaskEvent::Requeued { reason, .. } => requeue_allowed_from(*reason),
+            TaskEvent::ProgressReported { .. } => &[InProgress],
+            TaskEvent::ToolCallReported { .. } => &[InProgress, Blocked],
+            TaskEvent::QuestionAsked { .. } => &[InProgress],
+            TaskEvent::QuestionAnswered { .. } => &[Blocked],
+            TaskEvent::SubmittedForReview { .. } => &[InProgress],
+            TaskEvent::Approved { .. } | TaskEvent::ChangesRequested { .. } => &[InReview],
+            TaskEvent::Completed { .. } => complete_allowed_from(self.review_required),
+            TaskEvent::Failed { .. } | TaskEvent::Cancelled { .. } => &TaskStatus::ACTIVE,
+        })
+    }
+
+    /// Whether `event` may follow this state.
+    pub fn permits(&self, event: &TaskEvent) -> bool {
+        match (self.allowed_before(event), self.status) {
+            (None, status) => status.is_none(),
+            (Some(allowed), Some(status)) => allowed.contains(&status),
+            (Some(_), None) => false,
+        }
+    }
+}
+
 /// Where a task may be requeued from, by reason: an ack timeout needs a delivered
 /// prompt; a lost agent can be holding the task at any point of its work.
 fn requeue_allowed_from(reason: RequeueReason) -> &'static [TaskStatus] {

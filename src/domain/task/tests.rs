@@ -1037,6 +1037,33 @@ fn every_command_in_every_state() {
     assert_eq!(check(cases), 18 * 11 * 2);
 }
 
+/// `awl check` judges recorded task streams with `Task::permits`: it must allow an
+/// event exactly where the matrix above allows the command that records it.
+#[test]
+fn an_event_is_permitted_exactly_where_its_command_is_allowed() {
+    let mut checked = 0;
+    for review_required in [true, false] {
+        let states = std::iter::once(None).chain(TaskStatus::ALL.into_iter().map(Some));
+        for state in states {
+            let task = state.map_or_else(Task::default, |s| fold(path(s, review_required)));
+            for row in rows(review_required) {
+                let expected = match state {
+                    None => matches!(row.emits, TaskEvent::Queued { .. }),
+                    Some(s) => row.allowed.contains(&s),
+                };
+                assert_eq!(
+                    task.permits(&row.emits),
+                    expected,
+                    "{} in {state:?}, review required: {review_required}",
+                    row.name
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 18 * 11 * 2);
+}
+
 #[test]
 fn the_paths_reach_the_states_they_are_named_after() {
     assert_eq!(Task::default().status(), None);
