@@ -54,6 +54,16 @@ impl Role {
     }
 }
 
+impl Role {
+    /// The role with its article, for messages: `an admin`, `a viewer`.
+    pub fn with_article(self) -> String {
+        match self.as_str() {
+            name @ ("admin" | "operator" | "agent") => format!("an {name}"),
+            name => format!("a {name}"),
+        }
+    }
+}
+
 impl fmt::Display for Role {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

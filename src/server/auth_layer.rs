@@ -95,8 +95,8 @@ pub async fn authenticate(
     };
     if !principal.may(permission) {
         return ApiError::forbidden(format!(
-            "a {} token may not {} {} (it needs {:?})",
-            principal.role,
+            "{} token may not {} {} (it needs {:?})",
+            principal.role.with_article(),
             request.method(),
             path,
             permission

@@ -17,13 +17,11 @@ use awl::clock::system_clock;
 use awl::executor::WorkerConfig;
 use awl::store::{EventStore, StoreLocation, StoreOptions};
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::routing::post;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::cli::Awl;
+use crate::support::otlp::{self, Received};
 use crate::support::proxy::Proxy;
 use crate::support::server::{Api, config, free_port, serve_with, token};
 use crate::support::{Backend, TestStore, on_both_stores, wait_for, within};
@@ -314,45 +312,6 @@ fn percent_encode(text: &str) -> String {
         .collect()
 }
 
-/// What the OTLP receiver got: every span, with its resource's attributes.
-#[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<Value>>>);
-
-async fn receive(State(got): State<Received>, body: Bytes) -> StatusCode {
-    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
-        return StatusCode::BAD_REQUEST;
-    };
-    let mut spans = got.0.lock().unwrap();
-    for rs in request["resourceSpans"].as_array().into_iter().flatten() {
-        let resource = attributes(&rs["resource"]["attributes"]);
-        for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
-            for span in ss["spans"].as_array().into_iter().flatten() {
-                let mut span = span.clone();
-                span["resource"] = resource.clone();
-                span["attrs"] = attributes(&span["attributes"]);
-                spans.push(span);
-            }
-        }
-    }
-    StatusCode::OK
-}
-
-/// OTLP attributes (`[{key, value: {stringValue | intValue | ...}}]`) as an object.
-fn attributes(list: &Value) -> Value {
-    let mut out = serde_json::Map::new();
-    for kv in list.as_array().into_iter().flatten() {
-        let value = kv["value"]
-            .as_object()
-            .and_then(|v| v.values().next())
-            .cloned()
-            .unwrap_or(Value::Null);
-        if let Some(key) = kv["key"].as_str() {
-            out.insert(key.to_string(), value);
-        }
-    }
-    Value::Object(out)
-}
-
 const GATED: &str = r#"
 name: traced
 version: "1.0.0"
@@ -370,9 +329,7 @@ async fn one_trace_for_a_run_across_two_workers(backend: Backend) {
     let got = Received::default();
     let receiver = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", receiver.local_addr().unwrap());
-    let app = Router::new()
-        .route("/v1/traces", post(receive))
-        .with_state(got.clone());
+    let app = otlp::router(got.clone());
     tokio::spawn(async move { axum::serve(receiver, app).await });
 
     let dir = tempfile::tempdir().unwrap();
@@ -470,24 +427,21 @@ async fn one_trace_for_a_run_across_two_workers(backend: Backend) {
 /// The receiver's app: OTLP spans at `/v1/traces`, and `/hook`, which an `http` step
 /// calls, keeping the `traceparent` it was sent.
 fn receiver_app(got: Received, hooked: Arc<Mutex<Vec<String>>>) -> Router {
-    Router::new()
-        .route("/v1/traces", post(receive))
-        .with_state(got)
-        .route(
-            "/hook",
-            axum::routing::get(move |headers: axum::http::HeaderMap| {
-                let hooked = hooked.clone();
-                async move {
-                    let tp = headers
-                        .get("traceparent")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_string();
-                    hooked.lock().unwrap().push(tp);
-                    axum::Json(json!({"ok": true}))
-                }
-            }),
-        )
+    otlp::router(got).route(
+        "/hook",
+        axum::routing::get(move |headers: axum::http::HeaderMap| {
+            let hooked = hooked.clone();
+            async move {
+                let tp = headers
+                    .get("traceparent")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                hooked.lock().unwrap().push(tp);
+                axum::Json(json!({"ok": true}))
+            }
+        }),
+    )
 }
 
 /// A request that carries a W3C `traceparent` starts its run in that trace (the

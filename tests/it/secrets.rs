@@ -12,7 +12,10 @@
 //!   still passes;
 //! - the server shows the same: the live event stream and `GET /api/v1/runs/{id}` open
 //!   personal data (then `[erased]`) and never a secret, and the read models behind the
-//!   views hold `[personal]`, never the data.
+//!   views hold `[personal]`, never the data;
+//! - API tokens, good and bad, in headers and by mistake in a URL, never reach the
+//!   server's logs (at `trace`), its spans (through an OTLP receiver), its error bodies
+//!   or the log.
 
 use std::path::Path;
 
@@ -179,8 +182,9 @@ async fn served(store: &EventStore, run_id: &str) -> (String, String, String) {
     let stream: Vec<Value> = messages.into_iter().map(|(_, _, data)| data).collect();
     let status = api.get(None, &format!("/api/v1/runs/{run_id}")).await;
     let timeline = wait_for(LIMIT, "the timeline view to have the run", async || {
+        // 404 until the runs projection has the run.
         let view = api
-            .get(None, &format!("/api/v1/views/runs/{run_id}/timeline"))
+            .fetch(None, &format!("/api/v1/views/runs/{run_id}/timeline"))
             .await;
         view.to_string().contains("leak").then_some(view)
     })
@@ -257,4 +261,160 @@ crate::support::on_both_stores!(
     worker_threads = 2;
     secrets_never_reach_the_log,
     a_forgotten_subject_reads_erased,
+    api_tokens_never_reach_logs_traces_or_error_bodies,
 );
+
+/// `awl serve` with auth on, logging everything (`AWL_LOG=trace`) and exporting spans
+/// to a receiver here, is called with good tokens, wrong ones, a token pasted into the
+/// URL, a bad body and over MCP; no token appears in its stderr, a span, an error body
+/// or an event.
+async fn api_tokens_never_reach_logs_traces_or_error_bodies(backend: Backend) {
+    use awl::auth::Role;
+    use reqwest::{Method, StatusCode};
+
+    let t = TestStore::new(backend).await;
+    let admin = server::token(&t.store, "root", Role::Admin).await;
+    let agent = server::token(&t.store, "coder", Role::Agent).await;
+    // Wrong tokens: one character off a real one, and a real one with more after it.
+    let mut off_by_one = admin.clone();
+    let last = off_by_one.pop().expect("a token");
+    off_by_one.push(if last == 'a' { 'b' } else { 'a' });
+    let extended = format!("{admin}x");
+    let secrets = [admin.as_str(), agent.as_str(), &off_by_one, &extended];
+
+    let got = crate::support::otlp::Received::default();
+    let receiver = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let endpoint = format!("http://{}", receiver.local_addr().expect("addr"));
+    let app = crate::support::otlp::router(got.clone());
+    tokio::spawn(async move { axum::serve(receiver, app).await });
+    let dir = tempfile::tempdir().expect("dir");
+    let log_path = dir.path().join("serve.log");
+    let port = server::free_port();
+    let mut serve = Awl::unbounded(&t.location)
+        .command(&["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .env("AWL_LOG", "trace")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).expect("log file"))
+        .spawn()
+        .expect("start awl serve");
+    let api = Api::at(format!("http://127.0.0.1:{port}"));
+    api.wait_healthy(30).await;
+
+    let mut bodies = Vec::new();
+    let (status, body) = api
+        .call(Some(&admin), Method::GET, "/api/v1/views/runs", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // Something recorded by a token's holder (the event names its actor).
+    let (status, body) = api
+        .call(
+            Some(&admin),
+            Method::POST,
+            "/api/v1/tasks",
+            Some(serde_json::json!({"prompt": "rotate the keys"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for wrong in [&off_by_one, &extended] {
+        let (status, body) = api
+            .call(Some(wrong), Method::GET, "/api/v1/views/runs", None)
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        bodies.push(body);
+    }
+    // A token pasted into the URL, as people do.
+    let (status, body) = api
+        .call(
+            Some(&admin),
+            Method::GET,
+            &format!("/api/v1/views/runs?access_token={admin}&limit=5"),
+            None,
+        )
+        .await;
+    bodies.push(body);
+    assert!(status.is_success() || status.is_client_error(), "{status}");
+    // A bad body, sent with a good token: the error names the body, not the caller.
+    let (status, body) = api
+        .call(
+            Some(&agent),
+            Method::POST,
+            "/api/v1/tasks",
+            Some(serde_json::json!({"prompt": 42})),
+        )
+        .await;
+    assert!(status.is_client_error(), "{status} {body}");
+    bodies.push(body);
+    // A call the agent's role does not allow: refused, the body says why, not who.
+    let (status, body) = api
+        .call(Some(&agent), Method::GET, "/api/v1/tasks", None)
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    bodies.push(body);
+    // The agent's own session over MCP, and a wrong token there.
+    let mcp = format!("{}/mcp", api.base);
+    crate::mcp::open_session(&api.http, &mcp, &agent).await;
+    let refused = api
+        .http
+        .post(&mcp)
+        .bearer_auth(&off_by_one)
+        .header(reqwest::header::ACCEPT, crate::mcp::BOTH)
+        .json(&crate::mcp::call(1, "list_tasks", serde_json::json!({})))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    bodies.push(Value::String(refused.text().await.expect("a body")));
+
+    // Stop it (SIGTERM: it exports the spans it still holds), then look everywhere.
+    let spans = wait_for(30, "the requests' spans", async || {
+        let spans = got.spans();
+        (spans
+            .iter()
+            .filter(|s| s["name"].as_str().is_some_and(|n| n.contains("/api/v1/")))
+            .count()
+            >= 4)
+            .then_some(spans)
+    })
+    .await;
+    if let Some(pid) = serve.id() {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+    }
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(20), serve.wait()).await;
+    let _ = serve.kill().await;
+    let log = std::fs::read_to_string(&log_path).expect("the server's log");
+    assert!(
+        log.lines().count() > 20 && log.contains("TRACE") && log.contains("/api/v1/views/runs"),
+        "the server logged its requests at trace level: {log}"
+    );
+    let spans = serde_json::to_string(&spans).expect("JSON");
+    let events = t
+        .store
+        .read_page(0, 100_000, &EventFilter::default())
+        .await
+        .expect("the log")
+        .0;
+    assert!(!events.is_empty(), "the task sent is in the log");
+    let events = serde_json::to_string(&events).expect("JSON");
+    let bodies = serde_json::to_string(&bodies).expect("JSON");
+    for (i, secret) in secrets.iter().enumerate() {
+        // The part after the prefix is the secret; the prefix alone names the kind.
+        for (place, text) in [
+            ("log", &log),
+            ("spans", &spans),
+            ("error bodies", &bodies),
+            ("events", &events),
+        ] {
+            assert!(
+                !text.contains(*secret),
+                "token {i} appears in the server's {place}"
+            );
+        }
+    }
+}

@@ -227,8 +227,8 @@ fn require(
         .ok_or_else(|| ApiError::forbidden("the call carries no caller (no token was checked)"))?;
     if !who.may(permission) {
         return Err(ApiError::forbidden(format!(
-            "a {} token may not call {tool} (it needs {permission:?})",
-            who.role
+            "{} token may not call {tool} (it needs {permission:?})",
+            who.role.with_article()
         ))
         .into());
     }
