@@ -129,9 +129,11 @@ impl Board {
         }
         let version = appended.len() as i64;
         let append = AppendRequest::new(stream.clone(), ExpectedVersion::NoStream, appended);
+        let recorded = task.prompt().to_string();
         match self.inner.store.append(append).await {
             Ok(_) => {
                 let view = self.observe(task_id, task, version);
+                let view = self.opened(view, &recorded).await?;
                 if waiter.is_some() {
                     // Reserved in the append that queued it.
                     telemetry::task_dispatched(0.0);
@@ -155,7 +157,8 @@ impl Board {
                         task: task_id,
                     });
                 }
-                Ok((TaskView::of(&task, version), false))
+                let view = TaskView::of(&task, version);
+                Ok((self.opened(view, task.prompt()).await?, false))
             }
             Err(e) => {
                 self.return_waiter(waiter);

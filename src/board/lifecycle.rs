@@ -354,9 +354,12 @@ impl Board {
                 decide(task, now)
             })
             .await?;
-        if done.appended == 0 {
-            return Ok(TaskView::of(&done.state, done.version));
-        }
-        Ok(self.observe(id, done.state, done.version))
+        let recorded = done.state.prompt().to_string();
+        let view = if done.appended == 0 {
+            TaskView::of(&done.state, done.version)
+        } else {
+            self.observe(id, done.state, done.version)
+        };
+        self.opened(view, &recorded).await
     }
 }

@@ -311,6 +311,27 @@ impl Board {
         }
     }
 
+    /// `view` as a person or agent sees it: personal data sealed in the task's
+    /// `recorded` prompt (an agent step of a run with personal inputs) opened with its
+    /// subject's key, or `[erased]` once `awl forget` destroyed it. The view keeps the
+    /// prompt sealed, so a forgotten subject reads erased at once.
+    pub(crate) async fn opened(
+        &self,
+        mut view: TaskView,
+        recorded: &str,
+    ) -> Result<TaskView, BoardError> {
+        if !crate::vault::is_sealed(recorded) {
+            return Ok(view);
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        crate::vault::key_ids(&Value::String(recorded.to_string()), &mut ids);
+        let keys = self.inner.store.subject_keys(&ids).await?;
+        let mut prompt = recorded.to_string();
+        crate::vault::reveal_string(&mut prompt, &keys, crate::vault::Reveal::View);
+        view.prompt = prompt;
+        Ok(view)
+    }
+
     /// Record a task's new state in the view and offer it if it is queued.
     fn observe(&self, id: TaskId, task: Task, version: i64) -> TaskView {
         let view = TaskView::of(&task, version);

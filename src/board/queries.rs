@@ -65,17 +65,24 @@ impl Board {
 
     /// A task as this server knows it (from the store if the view has not seen it yet).
     pub async fn task(&self, id: TaskId) -> Result<TaskView, BoardError> {
-        if let Some(view) = {
+        if let Some((view, recorded)) = {
             let st = self.state();
-            st.view.task(&id).map(|e| TaskView::of(&e.state, e.version))
+            st.view.task(&id).map(|e| {
+                (
+                    TaskView::of(&e.state, e.version),
+                    e.state.prompt().to_string(),
+                )
+            })
         } {
-            return Ok(view);
+            return self.opened(view, &recorded).await;
         }
         let (task, version) = self.load_task(id).await?;
-        Ok(TaskView::of(&task, version))
+        self.opened(TaskView::of(&task, version), task.prompt())
+            .await
     }
 
-    /// Tasks, oldest first (queued time, then id), filtered and paged.
+    /// Tasks, oldest first (queued time, then id), filtered and paged. A prompt with
+    /// personal data reads `[personal]` here; the task itself (`task`) opens it.
     pub fn tasks(&self, query: &TaskQuery) -> TaskPage {
         let limit = query.limit.clamp(1, 1_000);
         let st = self.state();
@@ -111,7 +118,11 @@ impl Board {
 
     /// Every event of a task, oldest first: its history.
     pub async fn history(&self, id: TaskId) -> Result<Vec<HistoryEntry>, BoardError> {
-        let events = self.inner.store.read_stream(&task_stream(id)).await?;
+        let mut events = self.inner.store.read_stream(&task_stream(id)).await?;
+        self.inner
+            .store
+            .reveal_events(&mut events, crate::vault::Reveal::View)
+            .await?;
         if events.is_empty() {
             return Err(BoardError::TaskNotFound(id));
         }

@@ -103,6 +103,18 @@ pub struct FeedbackView {
     pub at: DateTime<Utc>,
 }
 
+/// A prompt as a view without keys shows it: personal data sealed in it (a run's
+/// task) reads `[personal]`; `Board::opened` opens it where a person or agent asks.
+fn hidden_prompt(prompt: &str) -> String {
+    let mut shown = prompt.to_string();
+    crate::vault::reveal_string(
+        &mut shown,
+        &crate::vault::Keys::new(),
+        crate::vault::Reveal::Hidden,
+    );
+    shown
+}
+
 impl TaskView {
     pub fn of(task: &Task, version: i64) -> Self {
         let run_step = task.run_step();
@@ -117,7 +129,7 @@ impl TaskView {
                 .map(|s| s.as_str())
                 .unwrap_or("NONE")
                 .to_string(),
-            prompt: task.prompt().to_string(),
+            prompt: hidden_prompt(task.prompt()),
             capabilities: task
                 .required_capabilities()
                 .iter()

@@ -94,8 +94,18 @@ pub fn seal_inputs(
 }
 
 /// What the walker masks and seals for `run` (its inputs already opened), given the
-/// keys at hand and the values the worker masks in every run.
-pub fn protection(definition: &Workflow, run: &Run, keys: &Keys, always: &Mask) -> Protection {
+/// keys at hand and the values the worker masks in every run. `logged_inputs` are the
+/// run's inputs as its start event keeps them: an input that arrived sealed as personal
+/// data without being declared so (a parent run's personal data handed to a child) is
+/// protected under the key it came with, so the child seals what it derives from it
+/// as the parent would.
+pub fn protection(
+    definition: &Workflow,
+    run: &Run,
+    keys: &Keys,
+    always: &Mask,
+    logged_inputs: Option<&Value>,
+) -> Protection {
     let inputs = match run.inputs() {
         Value::Object(map) => map.clone(),
         _ => Map::new(),
@@ -104,7 +114,7 @@ pub fn protection(definition: &Workflow, run: &Run, keys: &Keys, always: &Mask) 
     for (_, value) in given(definition, &inputs, |s| s.secret) {
         mask.extend_from_value(value);
     }
-    let personal = subject(definition, &inputs)
+    let own = subject(definition, &inputs)
         .ok()
         .flatten()
         .map(|s| KeyId::for_subject(&s))
@@ -116,7 +126,36 @@ pub fn protection(definition: &Workflow, run: &Run, keys: &Keys, always: &Mask) 
                 given(definition, &inputs, |s| s.personal).map(|(_, v)| v),
             )
         });
+    let personal = own.or_else(|| inherited(logged_inputs?, &inputs, keys));
     Protection { mask, personal }
+}
+
+/// The personal data a run was handed sealed under another run's subject: the key it
+/// came under and the opened values. (A run with a subject of its own protects its own;
+/// a run given two subjects' data protects the first.)
+fn inherited(logged: &Value, opened: &Map<String, Value>, keys: &Keys) -> Option<Personal> {
+    let Value::Object(logged) = logged else {
+        return None;
+    };
+    let mut key_id: Option<KeyId> = None;
+    let mut values = Vec::new();
+    for (name, value) in logged {
+        let Some(envelope) = value.as_str().and_then(crate::vault::parse) else {
+            continue;
+        };
+        if envelope.kind != Kind::Personal {
+            continue;
+        }
+        let id = key_id.get_or_insert_with(|| envelope.key_id.clone());
+        if *id == envelope.key_id
+            && let Some(opened) = opened.get(name)
+        {
+            values.push(opened.clone());
+        }
+    }
+    let id = key_id?;
+    let key = keys.get(&id)?.clone();
+    Some(Personal::new(id, key, values.iter()))
 }
 
 /// An event as the run's state keeps it (secrets masked) and as the log keeps it

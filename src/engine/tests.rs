@@ -1367,6 +1367,7 @@ fn secrets_are_masked_in_state_and_log_and_personal_data_sealed_in_the_log_only(
         &sim.run,
         &keys,
         &crate::vault::Mask::default(),
+        None,
     ));
     let first = sim.tick();
     let Some(Effect::Perform {

@@ -315,10 +315,11 @@ fn queue_task(
     else {
         return Ok(None);
     };
-    // The prompt is recorded in the task's stream with secrets masked. Personal data
-    // in it is not sealed: the board hands prompts to agents as recorded.
+    // The prompt is recorded in the task's stream with secrets masked and personal
+    // data sealed under the subject's key: the board opens it for the agent that
+    // takes the task and for people who look, and reads `[erased]` once forgotten.
     let mut prompt = prompt.clone();
-    protection.mask.apply_to(&mut prompt);
+    protection.protect_text(&mut prompt);
     let command = TaskCommand::Queue {
         task_id: *task_id,
         prompt,

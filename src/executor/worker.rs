@@ -359,6 +359,7 @@ impl Worker {
         &self,
         events: &mut [crate::log::RecordedEvent],
     ) -> Result<(Run, i64, Arc<Workflow>, Arc<Protection>), ExecError> {
+        let logged_inputs = events.first().map(|start| start.payload["inputs"].clone());
         let keys = self.store.reveal_events(events, Reveal::Plain).await?;
         let (run, version) = domain_io::fold::<Run>(events)?;
         let name = run
@@ -374,6 +375,7 @@ impl Worker {
             &run,
             &keys,
             &self.config.secrets,
+            logged_inputs.as_ref(),
         ));
         Ok((run, version, definition, protection))
     }

@@ -68,6 +68,7 @@ impl Runs {
                 &run,
                 &keys,
                 always,
+                logged.first().map(|start| &start.payload["inputs"]),
             )),
         };
         let history = logged

@@ -34,7 +34,7 @@ mod tests;
 
 pub use mask::Mask;
 pub use protect::{Personal, Protection};
-pub use reveal::{Keys, Reveal, key_ids, reveal};
+pub use reveal::{Keys, Reveal, key_ids, reveal, reveal_string};
 pub use seal::{KeyId, Kind, SealError, SubjectKey, is_sealed, open, parse, seal};
 
 /// What a masked secret reads as, wherever it would have appeared.

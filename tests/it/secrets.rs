@@ -13,6 +13,12 @@
 //! - the server shows the same: the live event stream and `GET /api/v1/runs/{id}` open
 //!   personal data (then `[erased]`) and never a secret, and the read models behind the
 //!   views hold `[personal]`, never the data;
+//! - an agent step's prompt that holds personal data is sealed in the task's stream,
+//!   opened for the agent that takes it and for a person looking at the task,
+//!   `[personal]` in board lists and the board view, `[erased]` once forgotten;
+//! - a sub-workflow handed a parent's personal data (into an input it does not declare
+//!   personal) seals it, and every text it derives from it, under the parent's
+//!   subject: forgetting the subject erases the child's copies too;
 //! - API tokens, good and bad, in headers and by mistake in a URL, never reach the
 //!   server's logs (at `trace`), its spans (through an OTLP receiver), its error bodies
 //!   or the log.
@@ -262,6 +268,8 @@ crate::support::on_both_stores!(
     secrets_never_reach_the_log,
     a_forgotten_subject_reads_erased,
     api_tokens_never_reach_logs_traces_or_error_bodies,
+    a_task_prompt_with_personal_data_is_sealed_and_opened_for_its_agent,
+    a_child_run_given_personal_data_seals_what_it_derives,
 );
 
 /// `awl serve` with auth on, logging everything (`AWL_LOG=trace`) and exporting spans
@@ -416,5 +424,183 @@ async fn api_tokens_never_reach_logs_traces_or_error_bodies(backend: Backend) {
                 "token {i} appears in the server's {place}"
             );
         }
+    }
+}
+
+const AGENT_STEP: &str = r#"
+name: mailer
+version: "1.0.0"
+subject: "customer:${{ inputs.customer }}"
+inputs:
+  customer: { type: string, required: true }
+  email: { type: string, required: true, personal: true }
+steps:
+  - id: write
+    type: agent
+    prompt: "Write to ${{ inputs.email }} about their order"
+    capabilities: [mail]
+"#;
+
+async fn a_task_prompt_with_personal_data_is_sealed_and_opened_for_its_agent(backend: Backend) {
+    use awl::auth::Role;
+    use reqwest::Method;
+    use serde_json::json;
+
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("mailer.awl.yaml");
+    std::fs::write(&file, AGENT_STEP).expect("write");
+    awl::definitions::register_file(&t.store, &file, "test", chrono::Utc::now())
+        .await
+        .expect("register");
+    let operator = server::token(&t.store, "ops", Role::Operator).await;
+    let agent = server::token(&t.store, "scribe", Role::Agent).await;
+    let mut config = server::config();
+    config.worker = Some(awl::executor::WorkerConfig::new("serve-test"));
+    let running = server::serve_with(&t.store, config, awl::clock::system_clock()).await;
+    let api = Api::of(&running);
+    api.ok(
+        &agent,
+        Method::POST,
+        "/api/v1/agents",
+        json!({"capabilities": ["mail"]}),
+    )
+    .await;
+    api.ok(
+        &operator,
+        Method::POST,
+        "/api/v1/runs",
+        json!({"workflow": "mailer", "inputs": {"customer": "7", "email": EMAIL}}),
+    )
+    .await;
+    // The agent that takes the task reads the prompt.
+    let got = api
+        .ok(
+            &agent,
+            Method::POST,
+            "/api/v1/agents/scribe/wait",
+            json!({"timeout_seconds": 30}),
+        )
+        .await;
+    let prompt = got["task"]["prompt"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        prompt,
+        format!("Write to {EMAIL} about their order"),
+        "{got}"
+    );
+    let task_id = got["task"]["task_id"].as_str().expect("a task").to_string();
+    // The log holds it sealed.
+    let log = whole_log(&t.store).await;
+    assert!(!log.contains(EMAIL), "personal data in the log in clear");
+    assert!(log.contains("awl:sealed:v1:personal"), "nothing sealed");
+    // A person looking at the task, and its history, see it; lists and the board view
+    // (a read model) do not.
+    let shown = api
+        .get(Some(&operator), &format!("/api/v1/tasks/{task_id}"))
+        .await;
+    assert_eq!(shown["prompt"], prompt.as_str(), "{shown}");
+    let history = api
+        .get(Some(&operator), &format!("/api/v1/tasks/{task_id}/events"))
+        .await;
+    assert!(history.to_string().contains(EMAIL), "{history}");
+    let listed = api.get(Some(&operator), "/api/v1/tasks").await;
+    assert!(
+        !listed.to_string().contains(EMAIL) && listed.to_string().contains("[personal]"),
+        "{listed}"
+    );
+    let board = wait_for(LIMIT, "the board view to have the task", async || {
+        let view = api.fetch(Some(&operator), "/api/v1/views/board").await;
+        view.to_string().contains(&task_id).then_some(view)
+    })
+    .await;
+    assert!(!board.to_string().contains(EMAIL), "{board}");
+
+    // Forgotten: the task reads erased at once, on the same server.
+    let awl = Awl::bounded(&t.location, LIMIT);
+    awl.ok(&["forget", "customer:7"]).await;
+    let shown = api
+        .get(Some(&operator), &format!("/api/v1/tasks/{task_id}"))
+        .await;
+    assert_eq!(shown["prompt"], "[erased]", "{shown}");
+    running.shutdown().await.expect("the server stops");
+}
+
+const PARENT: &str = r#"
+name: onboard
+version: "1.0.0"
+subject: "customer:${{ inputs.customer }}"
+inputs:
+  customer: { type: string, required: true }
+  email: { type: string, required: true, personal: true }
+steps:
+  - id: welcome
+    type: workflow
+    workflow: ./welcome.awl.yaml
+    inputs: { to: "${{ inputs.email }}" }
+outputs:
+  said: "${{ steps.welcome.outputs.said }}"
+"#;
+
+const CHILD: &str = r#"
+name: welcome
+version: "1.0.0"
+inputs:
+  to: { type: string, required: true }
+steps:
+  - id: send
+    type: shell
+    script: 'printf "welcome mail sent to %s" "$TO"'
+    env: { TO: "${{ inputs.to }}" }
+outputs:
+  said: "${{ steps.send.outputs.stdout }}"
+"#;
+
+async fn a_child_run_given_personal_data_seals_what_it_derives(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("welcome.awl.yaml"), CHILD).expect("write");
+    let parent = dir.path().join("onboard.awl.yaml");
+    std::fs::write(&parent, PARENT).expect("write");
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let output = awl
+        .output(&[
+            "run",
+            parent.to_str().expect("utf-8"),
+            "--var",
+            "customer=9",
+            "--var",
+            &format!("email={EMAIL}"),
+        ])
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(output.status.success(), "{stderr}");
+    let run_id = run_id_of(&stderr);
+    let log = whole_log(&t.store).await;
+    assert!(
+        !log.contains(EMAIL),
+        "the child wrote personal data in clear: {log}"
+    );
+    let status = awl.status(&run_id).await;
+    assert_eq!(
+        status["outcome"]["outputs"]["said"],
+        format!("welcome mail sent to {EMAIL}"),
+        "{status:#}"
+    );
+    // The child's own status opens it too, and reads erased once forgotten.
+    let listed = awl.ok(&["list", "--json", "--workflow", "welcome"]).await;
+    let child = crate::support::cli::json_lines(&listed)
+        .first()
+        .and_then(|r| r["run_id"].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("the child run: {listed}"));
+    let shown = awl.status(&child).await.to_string();
+    assert!(shown.contains(EMAIL), "{shown}");
+    awl.ok(&["forget", "customer:9"]).await;
+    for run in [&run_id, &child] {
+        let shown = awl.status(run).await.to_string();
+        assert!(!shown.contains(EMAIL), "{shown}");
+        assert!(shown.contains("[erased]"), "{shown}");
     }
 }
