@@ -9,6 +9,7 @@
 //!
 //!     cargo bench --bench telemetry
 //!     cargo bench --bench telemetry -- --rounds 9 --runs 2000
+//!     cargo bench --bench telemetry -- --rounds 25 --dispatch-only
 //!
 //! Postgres comes from AWL_BENCH_DATABASE_URL or DATABASE_URL (an admin URL), default
 //! the local server.
@@ -54,9 +55,16 @@ async fn measure(mode: &str, runs: usize) {
         );
     }
     let admin = support::admin_url();
-    let cpu_before = process_cpu_ms();
-    let (steps_per_second, _) = runs_support::throughput("postgres", &admin, runs, 2, STEP).await;
-    let cpu_per_1000_steps = (process_cpu_ms() - cpu_before) / (runs as f64 * 10.0) * 1000.0;
+    let (steps_per_second, cpu_per_1000_steps) =
+        if std::env::var("AWL_BENCH_SKIP_THROUGHPUT").is_ok() {
+            (f64::NAN, f64::NAN)
+        } else {
+            let cpu_before = process_cpu_ms();
+            let (steps_per_second, _) =
+                runs_support::throughput("postgres", &admin, runs, 2, STEP).await;
+            let cpu = (process_cpu_ms() - cpu_before) / (runs as f64 * 10.0) * 1000.0;
+            (steps_per_second, cpu)
+        };
     let (p50, p99) = if std::env::var("AWL_BENCH_SKIP_DISPATCH").is_ok() {
         (f64::NAN, f64::NAN)
     } else {
@@ -113,6 +121,7 @@ async fn main() {
     let mut rounds = 3;
     let mut runs = 1_000;
     let mut skip_dispatch = false;
+    let mut skip_throughput = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -120,6 +129,8 @@ async fn main() {
             "--runs" => runs = args.next().and_then(|s| s.parse().ok()).unwrap_or(1_000),
             // Throughput only (the child measurements skip dispatch).
             "--skip-dispatch" => skip_dispatch = true,
+            // Dispatch latency only (more rounds in the same time).
+            "--dispatch-only" => skip_throughput = true,
             _ => {}
         }
     }
@@ -152,6 +163,7 @@ async fn main() {
             cmd.args(["--runs", &runs.to_string()])
                 .env("AWL_BENCH_TELEMETRY_MODE", mode)
                 .envs(skip_dispatch.then_some(("AWL_BENCH_SKIP_DISPATCH", "1")))
+                .envs(skip_throughput.then_some(("AWL_BENCH_SKIP_THROUGHPUT", "1")))
                 .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
                 .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                 .stderr(Stdio::inherit())

@@ -14,9 +14,11 @@ mod events;
 mod forget;
 mod list;
 mod output;
+mod pause;
 mod projections;
 mod reject;
 mod replay;
+mod resume;
 mod review;
 mod run;
 mod send;
@@ -69,6 +71,10 @@ enum Command {
     Reject(reject::RejectArgs),
     /// Cancel a run.
     Cancel(cancel::CancelArgs),
+    /// Pause a run: no step starts until it is resumed (steps in flight finish).
+    Pause(pause::PauseArgs),
+    /// Resume a paused run.
+    Resume(resume::ResumeArgs),
     /// Rebuild a run from its events and print it.
     Replay(replay::ReplayArgs),
     /// Serve the HTTP API, the MCP endpoint and the agent board (and run workflows).
@@ -162,6 +168,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Approve(args) => approve::approve(open(&location, true).await?, args).await,
         Command::Reject(args) => reject::reject(open(&location, true).await?, args).await,
         Command::Cancel(args) => cancel::cancel(open(&location, true).await?, args).await,
+        Command::Pause(args) => pause::pause(open(&location, true).await?, args).await,
+        Command::Resume(args) => resume::resume(open(&location, true).await?, args).await,
         Command::Replay(args) => replay::replay(open(&location, true).await?, args).await,
         Command::Serve(args) => serve::run(open_for_work(&location).await?, args).await,
         Command::Send(args) => {

@@ -1530,3 +1530,71 @@ fn a_history_that_ends_early_or_holds_a_person_s_decisions_replays() {
             .unwrap_or_else(|d| panic!("prefix of {end} events: {d}"));
     }
 }
+
+// ---------------------------------------------------------------- pause and resume
+
+#[test]
+fn a_paused_run_starts_nothing_new_and_its_step_in_flight_finishes() {
+    let mut sim = Sim::start(THREE, json!({}));
+    assert_eq!(performed(&sim.tick()), vec!["a"]);
+    sim.decide(RunCommand::Pause {
+        by: "ops".into(),
+        reason: "the database is being migrated".into(),
+        at: t0(),
+    });
+    assert_eq!(sim.run.status(), Some(RunStatus::Paused));
+    // The attempt in flight finishes and is recorded; nothing after it starts.
+    let done = sim.succeed("a");
+    assert_eq!(types(&done.events), vec!["run.step_succeeded"]);
+    assert!(done.effects.is_empty(), "{:?}", done.effects);
+    assert_eq!(done.wake_at, None, "only a resume moves a paused run");
+    assert_eq!(sim.status("b"), None, "b is not even scheduled");
+    let later = sim.at(600).tick();
+    assert!(later.events.is_empty() && later.effects.is_empty());
+    assert_eq!(sim.run.status(), Some(RunStatus::Paused));
+    // A second pause is refused; a resume lets the run go on where it was.
+    let again = sim.run.decide(RunCommand::Pause {
+        by: "ops".into(),
+        reason: "again".into(),
+        at: t0(),
+    });
+    assert!(again.is_err(), "{again:?}");
+    sim.decide(RunCommand::Resume {
+        by: "ops".into(),
+        at: t0() + Duration::seconds(600),
+    });
+    assert_eq!(sim.run.status(), Some(RunStatus::Running));
+    assert_eq!(performed(&sim.tick()), vec!["b"]);
+    sim.succeed("b");
+    sim.succeed("c");
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+    assert!(sim.run.paused().is_none());
+}
+
+#[test]
+fn a_paused_run_can_be_cancelled_and_resume_needs_a_pause() {
+    let mut sim = Sim::start(THREE, json!({}));
+    sim.tick();
+    let refused = sim.run.decide(RunCommand::Resume {
+        by: "ops".into(),
+        at: t0(),
+    });
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("RUNNING")),
+        "{refused:?}"
+    );
+    sim.decide(RunCommand::Pause {
+        by: "ops".into(),
+        reason: "hold".into(),
+        at: t0(),
+    });
+    sim.decide(RunCommand::Cancel {
+        by: "ops".into(),
+        reason: "not needed".into(),
+        at: t0(),
+    });
+    assert_eq!(sim.run.status(), Some(RunStatus::Cancelled));
+    assert!(sim.run.paused().is_none());
+}

@@ -8,7 +8,7 @@
 //! any stored run (`awl replay`), are walked event by event.
 //!
 //! What is recorded falls in two kinds. Events appended from outside the engine (a
-//! person's gate decision, a cancellation) are applied as they are. Every other event
+//! person's gate decision, a pause or resume, a cancellation) are applied as they are. Every other event
 //! was decided by a tick, so the walk ticks the run as it stood just before it, at the
 //! time the event carries (every event of a tick carries its `now`), with the outcome
 //! the event reports when it reports one (a step's success or failure, a
@@ -350,6 +350,8 @@ fn from_outside(event: &RunEvent) -> bool {
         RunEvent::Started { .. }
             | RunEvent::GateApproved { .. }
             | RunEvent::GateRejected { .. }
+            | RunEvent::Paused { .. }
+            | RunEvent::Resumed { .. }
             | RunEvent::Cancelled { .. }
     )
 }

@@ -133,8 +133,12 @@ impl Worker {
         let released: BTreeSet<&str> = releases.iter().map(|r| r.run_id.as_str()).collect();
         for d in decided {
             if conflicted.contains(&d.run_id) {
-                // Someone else wrote to the run: read it again and decide again.
+                // Someone else wrote to the run: read it again and decide again, with
+                // the reports this decision had taken in.
                 if let Some(h) = held.get_mut(&d.run_id) {
+                    let (outcomes, compensations) = d.taken;
+                    h.outcomes.splice(0..0, outcomes);
+                    h.compensations.splice(0..0, compensations);
                     match self.reload(&d.run_id).await {
                         Ok((run, version)) => {
                             h.run = run;

@@ -50,6 +50,10 @@ pub(super) struct Decided {
     /// Outcomes of pure tools not yet decided on (the round's cap was reached): the
     /// run stays held and is decided again next round.
     pub pending: Vec<StepOutcome>,
+    /// The reports of work done that this decision took in: if its commit loses to a
+    /// write from outside (a pause, a cancel), they are handed back, so the decision
+    /// made again on the reloaded run records them.
+    pub taken: (Vec<StepOutcome>, Vec<engine::CompensationOutcome>),
 }
 
 /// What a decision writes beside the run's own events.
@@ -76,6 +80,7 @@ impl Worker {
         let mut events = Vec::new();
         let mut outcomes = std::mem::take(&mut h.outcomes);
         let mut compensations = std::mem::take(&mut h.compensations);
+        let taken = (outcomes.clone(), compensations.clone());
         let mut kept = Vec::new();
         let mut children = Vec::new();
         // Work decided by an earlier tick of this round is as good as in flight: a later
@@ -182,6 +187,7 @@ impl Worker {
             wake_at,
             state,
             pending: outcomes,
+            taken,
         })
     }
 

@@ -6,6 +6,7 @@
 //!   same run, and a different request under that key is refused;
 //! - `gates.rs`: find a gate's run and decide the gate;
 //! - `tasks.rs`: finish an agent step's task by hand;
+//! - `control.rs`: pause and resume a run;
 //! - `replay.rs`: rebuild a run from its events, check that the engine still decides
 //!   what they record, and say what a worker would do next;
 //! - `history.rs`: a run's history as a file, replayed by another build (golden
@@ -16,6 +17,7 @@
 //! with the wake-up of the run it concerns, at the time the service's clock gives.
 //! Carrying runs out is the executor's job (`awl worker`, or `awl serve`'s worker).
 
+mod control;
 mod error;
 mod gates;
 pub mod history;

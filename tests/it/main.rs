@@ -8,6 +8,7 @@
 //! inputs, back-off, cancellation, no lost wake-ups) with `awl worker` child processes
 //! on both stores. `mcp` drives the MCP endpoint with the official MCP Python SDK
 //! (`tests/mcp/*.py`, from the virtualenv `scripts/test` provides) and raw HTTP.
+//! `control` pauses, resumes and cancels runs through the binary and the API.
 //! `golden` replays the recorded histories in `tests/golden/` through this build.
 //! Postgres is found through `AWL_TEST_DATABASE_URL` or `DATABASE_URL` (an admin
 //! URL; each test creates and drops its own database), defaulting to
@@ -17,6 +18,7 @@ mod architecture;
 mod board;
 mod board_cli;
 mod conformance;
+mod control;
 mod dashboard;
 mod examples;
 mod executor;

@@ -129,6 +129,14 @@ pub enum RunCommand {
         error_class: Option<ErrorClass>,
         at: DateTime<Utc>,
     },
+    /// Stop starting steps until resumed (steps in flight finish).
+    Pause {
+        by: String,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    /// Let a paused run start steps again.
+    Resume { by: String, at: DateTime<Utc> },
     Cancel {
         by: String,
         reason: String,
@@ -157,6 +165,8 @@ impl RunCommand {
             Self::RecordCompensationStep { .. } => RunAction::RecordCompensationStep,
             Self::Complete { .. } => RunAction::Complete,
             Self::Fail { .. } => RunAction::Fail,
+            Self::Pause { .. } => RunAction::Pause,
+            Self::Resume { .. } => RunAction::Resume,
             Self::Cancel { .. } => RunAction::Cancel,
         }
     }
@@ -182,6 +192,8 @@ pub enum RunAction {
     RecordCompensationStep,
     Complete,
     Fail,
+    Pause,
+    Resume,
     Cancel,
 }
 
@@ -204,6 +216,8 @@ impl RunAction {
             Self::StartCompensation => "start compensation",
             Self::RecordCompensationStep => "record the compensation of",
             Self::Complete => "complete",
+            Self::Pause => "pause",
+            Self::Resume => "resume",
             Self::Cancel => "cancel",
         }
     }
@@ -229,6 +243,8 @@ impl fmt::Display for RunAction {
             Self::RecordCompensationStep => "record a compensation",
             Self::Complete => "complete",
             Self::Fail => "fail",
+            Self::Pause => "pause the run",
+            Self::Resume => "resume the run",
             Self::Cancel => "cancel",
         })
     }

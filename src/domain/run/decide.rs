@@ -17,9 +17,11 @@ use super::{
 };
 
 /// Where steps and gates move.
-const ACTIVE: &[RunStatus] = &[Running, Waiting];
+const ACTIVE: &[RunStatus] = &[Running, Waiting, Paused];
 /// Where a run can still be stopped.
-const STOPPABLE: &[RunStatus] = &[Running, Waiting, Compensating];
+const STOPPABLE: &[RunStatus] = &[Running, Waiting, Paused, Compensating];
+/// Where a run can be paused: on its way, not already paused, not compensating.
+const PAUSABLE: &[RunStatus] = &[Running, Waiting];
 
 impl Decide for Run {
     fn decide(&self, command: RunCommand) -> Result<Vec<RunEvent>, RunError> {
@@ -494,6 +496,18 @@ impl Decide for Run {
                     error_class,
                     at,
                 }])
+            }
+
+            RunCommand::Pause { by, reason, at } => {
+                check.status_in(PAUSABLE)?;
+                check.not_empty("by", &by)?;
+                Ok(vec![RunEvent::Paused { by, reason, at }])
+            }
+
+            RunCommand::Resume { by, at } => {
+                check.status_in(&[Paused])?;
+                check.not_empty("by", &by)?;
+                Ok(vec![RunEvent::Resumed { by, at }])
             }
 
             RunCommand::Cancel { by, reason, at } => {

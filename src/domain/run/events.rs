@@ -164,6 +164,17 @@ pub enum RunEvent {
         error_class: Option<ErrorClass>,
         at: DateTime<Utc>,
     },
+    /// Someone paused the run: no step starts until it is resumed; steps already in
+    /// flight finish and their outcomes are recorded.
+    #[serde(rename = "run.paused")]
+    Paused {
+        by: String,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    /// Someone resumed a paused run.
+    #[serde(rename = "run.resumed")]
+    Resumed { by: String, at: DateTime<Utc> },
     /// Someone stopped the run.
     #[serde(rename = "run.cancelled")]
     Cancelled {
@@ -191,6 +202,7 @@ impl RunEvent {
             Self::StepSkipped { reason, .. }
             | Self::CompensationStarted { reason, .. }
             | Self::Failed { reason, .. }
+            | Self::Paused { reason, .. }
             | Self::Cancelled { reason, .. } => vec![Payload::Text(reason)],
             Self::GateOpened { message, .. } => vec![Payload::Text(message)],
             Self::GateApproved { comment, .. } => comment.iter_mut().map(Payload::Text).collect(),
@@ -205,7 +217,8 @@ impl RunEvent {
             | Self::RecoveryApplied { .. }
             | Self::GateExpired { .. }
             | Self::CostCharged { .. }
-            | Self::BudgetExceeded { .. } => Vec::new(),
+            | Self::BudgetExceeded { .. }
+            | Self::Resumed { .. } => Vec::new(),
         }
     }
 
@@ -230,6 +243,8 @@ impl RunEvent {
             | Self::CompensationStepRan { at, .. }
             | Self::Completed { at, .. }
             | Self::Failed { at, .. }
+            | Self::Paused { at, .. }
+            | Self::Resumed { at, .. }
             | Self::Cancelled { at, .. } => *at,
         }
     }
@@ -256,6 +271,8 @@ impl DomainEvent for RunEvent {
             Self::CompensationStepRan { .. } => "run.compensation_step_ran",
             Self::Completed { .. } => "run.completed",
             Self::Failed { .. } => "run.failed",
+            Self::Paused { .. } => "run.paused",
+            Self::Resumed { .. } => "run.resumed",
             Self::Cancelled { .. } => "run.cancelled",
         }
         .to_string()

@@ -36,7 +36,7 @@ pub use commands::{RunAction, RunCommand};
 pub use error::RunError;
 pub use events::{Payload, RunEvent};
 pub use state::{
-    Attempt, AttemptOutcome, Compensation, CompensationRan, Gate, GateDecision, RunOutcome,
+    Attempt, AttemptOutcome, Compensation, CompensationRan, Gate, GateDecision, Pause, RunOutcome,
     RunStatus, StepPhase, StepSituation, StepState,
 };
 pub use types::{ErrorClass, ParentRef, RecoveryAction, StepError, UnknownErrorClass};
@@ -65,6 +65,9 @@ pub struct Run {
     total_tokens: u64,
     budget_exceeded_at: Option<DateTime<Utc>>,
     compensation: Option<Compensation>,
+    /// Set while someone has the run paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    paused: Option<Pause>,
     outcome: Option<RunOutcome>,
     started_at: Option<DateTime<Utc>>,
     updated_at: Option<DateTime<Utc>>,
@@ -79,6 +82,11 @@ impl Run {
     /// Where the run is; `None` before it was started.
     pub fn status(&self) -> Option<RunStatus> {
         self.status
+    }
+
+    /// Who paused the run, while it is paused: no step starts.
+    pub fn paused(&self) -> Option<&Pause> {
+        self.paused.as_ref()
     }
 
     /// SUCCEEDED, FAILED or CANCELLED.
@@ -236,7 +244,9 @@ impl Run {
     /// RUNNING and WAITING follow from the steps and gates: WAITING while a gate is open
     /// and no step runs (other than one waiting at its own gate).
     fn settle(&mut self) {
-        if self.status.is_some_and(RunStatus::is_active) {
+        if self.status.is_some_and(RunStatus::is_active) && self.paused.is_some() {
+            self.status = Some(RunStatus::Paused);
+        } else if self.status.is_some_and(RunStatus::is_active) {
             // A step waiting at its own open gate (a `gate` step) is waiting, not
             // running.
             let running = self
@@ -262,6 +272,7 @@ impl Run {
 
     fn end(&mut self, outcome: RunOutcome) {
         self.status = Some(outcome.status());
+        self.paused = None;
         self.outcome = Some(outcome);
         self.finalize_failures();
     }
@@ -486,6 +497,8 @@ impl Run {
                 at,
             } => {
                 self.status = Some(RunStatus::Compensating);
+                // A failing run's saga is not held by a pause: its compensations run.
+                self.paused = None;
                 self.compensation = Some(Compensation {
                     reason,
                     error_class,
@@ -522,6 +535,12 @@ impl Run {
                 error_class,
                 at,
             }),
+            RunEvent::Paused { by, reason, at } => {
+                self.paused = Some(Pause { by, reason, at });
+            }
+            RunEvent::Resumed { .. } => {
+                self.paused = None;
+            }
             RunEvent::Cancelled { by, reason, at } => {
                 self.end(RunOutcome::Cancelled { by, reason, at });
             }

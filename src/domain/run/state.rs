@@ -18,6 +18,8 @@ use super::types::{ErrorClass, RecoveryAction, StepError};
 pub enum RunStatus {
     /// Steps are scheduled or running.
     Running,
+    /// Someone paused it: no step starts until it is resumed.
+    Paused,
     /// At least one gate is open and no step is running: a person must act.
     Waiting,
     /// The run is failing and the compensations of its succeeded steps run.
@@ -28,8 +30,9 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 6] = [
+    pub const ALL: [RunStatus; 7] = [
         Self::Running,
+        Self::Paused,
         Self::Waiting,
         Self::Compensating,
         Self::Succeeded,
@@ -42,15 +45,17 @@ impl RunStatus {
         matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
     }
 
-    /// RUNNING or WAITING: steps and gates move.
+    /// RUNNING, WAITING or PAUSED: steps and gates move (a paused run's steps in
+    /// flight still finish).
     pub fn is_active(self) -> bool {
-        matches!(self, Self::Running | Self::Waiting)
+        matches!(self, Self::Running | Self::Waiting | Self::Paused)
     }
 
     /// The name used on the wire and in messages (`COMPENSATING`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Running => "RUNNING",
+            Self::Paused => "PAUSED",
             Self::Waiting => "WAITING",
             Self::Compensating => "COMPENSATING",
             Self::Succeeded => "SUCCEEDED",
@@ -333,6 +338,14 @@ pub struct CompensationRan {
     pub step_id: StepId,
     pub succeeded: bool,
     pub error: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// Who paused a run, why and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pause {
+    pub by: String,
+    pub reason: String,
     pub at: DateTime<Utc>,
 }
 

@@ -154,6 +154,26 @@ pub struct RunParams {
     pub run_id: String,
 }
 
+/// What an operator does to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunControl {
+    Pause,
+    Resume,
+    Cancel,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ControlRunParams {
+    pub run_id: String,
+    /// `pause` (no step starts; steps in flight finish), `resume`, or `cancel`.
+    pub action: RunControl,
+    /// Why (recorded with who).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum GateVerdict {

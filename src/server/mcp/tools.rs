@@ -338,6 +338,38 @@ impl AwlMcp {
     }
 
     #[tool(
+        description = "Pause, resume or cancel a run: paused, no step starts until it is resumed (steps in flight finish). Returns the run."
+    )]
+    async fn control_run(
+        &self,
+        Parameters(p): Parameters<ControlRunParams>,
+        ctx: Ctx,
+    ) -> Result<Json<RunView>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "control_run")?;
+        let run = run_id(&p.run_id)?;
+        let runs = &self.app.runs;
+        match p.action {
+            RunControl::Pause => {
+                let reason = p
+                    .reason
+                    .unwrap_or_else(|| format!("paused by {}", who.name));
+                runs.pause(run, &who.name, &reason).await?;
+            }
+            RunControl::Resume => {
+                runs.resume(run, &who.name).await?;
+            }
+            RunControl::Cancel => {
+                let reason = p
+                    .reason
+                    .unwrap_or_else(|| format!("cancelled by {}", who.name));
+                runs.cancel(run, &who.name, &reason).await?;
+            }
+        }
+        let (run, version) = runs.get(run).await?;
+        Ok(Json(RunView::of(&run, version)))
+    }
+
+    #[tool(
         description = "Decide a gate of a run: approve (the run goes on) or reject with a comment saying why (its on_reject applies). Returns the run."
     )]
     async fn approve_gate(

@@ -10,7 +10,9 @@ use crate::runs::GateDecision;
 use crate::server::AppState;
 use crate::server::caller::{gate_id, idempotency_header, run_id};
 use crate::server::extract::Body;
-use crate::server::wire::{GateDecisionRequest, RunView, StartRunRequest, StartedRun};
+use crate::server::wire::{
+    GateDecisionRequest, RunActionRequest, RunView, StartRunRequest, StartedRun,
+};
 
 use super::{Api, Who, created_or_found};
 
@@ -30,6 +32,66 @@ pub async fn start(
 
 pub async fn status(State(app): State<AppState>, Path(id): Path<String>) -> Api<Json<RunView>> {
     let (run, version) = app.runs.get(run_id(&id)?).await?;
+    Ok(Json(RunView::of(&run, version)))
+}
+
+/// What an operator does to a run.
+enum Action {
+    Pause,
+    Resume,
+    Cancel,
+}
+
+pub async fn pause(
+    State(app): State<AppState>,
+    who: Who,
+    Path(id): Path<String>,
+    Body(req): Body<RunActionRequest>,
+) -> Api<Json<RunView>> {
+    act(&app, &who.name, &id, Action::Pause, req.reason).await
+}
+
+pub async fn resume(
+    State(app): State<AppState>,
+    who: Who,
+    Path(id): Path<String>,
+    Body(req): Body<RunActionRequest>,
+) -> Api<Json<RunView>> {
+    act(&app, &who.name, &id, Action::Resume, req.reason).await
+}
+
+pub async fn cancel(
+    State(app): State<AppState>,
+    who: Who,
+    Path(id): Path<String>,
+    Body(req): Body<RunActionRequest>,
+) -> Api<Json<RunView>> {
+    act(&app, &who.name, &id, Action::Cancel, req.reason).await
+}
+
+/// Act on a run; the answer is the run after it, as people see it.
+async fn act(
+    app: &AppState,
+    by: &str,
+    id: &str,
+    action: Action,
+    reason: Option<String>,
+) -> Api<Json<RunView>> {
+    let run = run_id(id)?;
+    match action {
+        Action::Pause => {
+            let reason = reason.unwrap_or_else(|| format!("paused by {by}"));
+            app.runs.pause(run, by, &reason).await?;
+        }
+        Action::Resume => {
+            app.runs.resume(run, by).await?;
+        }
+        Action::Cancel => {
+            let reason = reason.unwrap_or_else(|| format!("cancelled by {by}"));
+            app.runs.cancel(run, by, &reason).await?;
+        }
+    }
+    let (run, version) = app.runs.get(run).await?;
     Ok(Json(RunView::of(&run, version)))
 }
 

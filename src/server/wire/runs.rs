@@ -38,14 +38,25 @@ pub struct GateDecisionRequest {
     pub comment: Option<String>,
 }
 
+/// Pausing or cancelling a run: why (recorded with who).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunActionRequest {
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
 /// A run as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct RunView {
     pub run_id: Uuid,
     pub workflow: String,
     pub version: String,
-    /// RUNNING, WAITING, SUCCEEDED, FAILED, CANCELLED.
+    /// RUNNING, WAITING, PAUSED, COMPENSATING, SUCCEEDED, FAILED, CANCELLED.
     pub status: String,
+    /// Who paused the run and why, while it is paused.
+    #[serde(default)]
+    pub paused: Option<PauseView>,
     pub steps: BTreeMap<String, StepView>,
     pub open_gates: Vec<GateView>,
     pub cost_usd: f64,
@@ -54,6 +65,13 @@ pub struct RunView {
     pub outputs: Option<Value>,
     pub failure: Option<String>,
     pub version_in_log: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PauseView {
+    pub by: String,
+    pub reason: String,
+    pub at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -110,6 +128,11 @@ impl RunView {
                 .status()
                 .map(|s| s.as_str().to_string())
                 .unwrap_or_default(),
+            paused: run.paused().map(|p| PauseView {
+                by: p.by.clone(),
+                reason: p.reason.clone(),
+                at: p.at,
+            }),
             steps: run
                 .steps()
                 .iter()

@@ -14,7 +14,7 @@ pub(super) use crate::domain::testing::{case, check, fold, t, then};
 
 impl Stream for RunEvent {
     type Of = Run;
-    const VARIANTS: usize = 19;
+    const VARIANTS: usize = 21;
 
     fn variant(&self) -> usize {
         match self {
@@ -37,6 +37,8 @@ impl Stream for RunEvent {
             RunEvent::Completed { .. } => 16,
             RunEvent::Failed { .. } => 17,
             RunEvent::Cancelled { .. } => 18,
+            RunEvent::Paused { .. } => 19,
+            RunEvent::Resumed { .. } => 20,
         }
     }
 
@@ -355,6 +357,18 @@ pub(super) fn cancelled(by: &str, at: DateTime<Utc>) -> RunEvent {
     }
 }
 
+pub(super) fn paused(by: &str, at: DateTime<Utc>) -> RunEvent {
+    RunEvent::Paused {
+        by: by.into(),
+        reason: "maintenance".into(),
+        at,
+    }
+}
+
+pub(super) fn resumed(by: &str, at: DateTime<Utc>) -> RunEvent {
+    RunEvent::Resumed { by: by.into(), at }
+}
+
 // ---- commands (one helper per command) ---------------------------------------------
 
 /// Yields `started(at)`.
@@ -555,6 +569,18 @@ pub(super) fn cancel(by: &str, at: DateTime<Utc>) -> RunCommand {
     }
 }
 
+pub(super) fn pause(by: &str, at: DateTime<Utc>) -> RunCommand {
+    RunCommand::Pause {
+        by: by.into(),
+        reason: "maintenance".into(),
+        at,
+    }
+}
+
+pub(super) fn resume(by: &str, at: DateTime<Utc>) -> RunCommand {
+    RunCommand::Resume { by: by.into(), at }
+}
+
 // ---- paths to every status -----------------------------------------------------------
 
 /// A run started at t(0) whose `fetch` succeeded (and was charged) at t(3): nothing is
@@ -607,6 +633,7 @@ pub(super) fn running() -> Vec<RunEvent> {
 pub(super) fn path(status: RunStatus) -> Vec<RunEvent> {
     match status {
         Running => running(),
+        Paused => then(running(), [paused("ops", t(20))]),
         Waiting => waiting(),
         Compensating => then(
             running(),

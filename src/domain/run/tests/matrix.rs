@@ -31,16 +31,18 @@ fn action_index(action: RunAction) -> usize {
         RunAction::Complete => 15,
         RunAction::Fail => 16,
         RunAction::Cancel => 17,
+        RunAction::Pause => 18,
+        RunAction::Resume => 19,
     }
 }
-const ACTIONS: usize = 18;
+const ACTIONS: usize = 20;
 
 // ---- every command in every run status --------------------------------------------------
 
 /// Where steps and gates move.
-const ACTIVE: &[RunStatus] = &[Running, Waiting];
+const ACTIVE: &[RunStatus] = &[Running, Waiting, Paused];
 /// Where a run can still be stopped.
-const STOPPABLE: &[RunStatus] = &[Running, Waiting, Compensating];
+const STOPPABLE: &[RunStatus] = &[Running, Waiting, Paused, Compensating];
 
 /// One command, the statuses it is allowed in, what it emits there, and the statuses
 /// among those where the path (see `fixtures::path`) refuses it for a reason of its
@@ -201,6 +203,15 @@ fn status_rows() -> Vec<StatusRow> {
                         vec![build()],
                     ),
                 ),
+                (
+                    Paused,
+                    unfinished(
+                        vec![deploy()],
+                        vec![verify()],
+                        vec![g1(), g2()],
+                        vec![build()],
+                    ),
+                ),
             ],
             ..status_row("complete", complete(now), ACTIVE, vec![completed(now)])
         },
@@ -224,6 +235,18 @@ fn status_rows() -> Vec<StatusRow> {
             cancel("alice", now),
             STOPPABLE,
             vec![cancelled("alice", now)],
+        ),
+        status_row(
+            "pause",
+            pause("ops", now),
+            &[Running, Waiting],
+            vec![paused("ops", now)],
+        ),
+        status_row(
+            "resume",
+            resume("ops", now),
+            &[Paused],
+            vec![resumed("ops", now)],
         ),
     ]
 }
@@ -282,8 +305,8 @@ fn every_command_in_every_run_status() {
             cases.push((name, given, row.when, then));
         }
     }
-    // 19 rows x (6 statuses + no run).
-    assert_eq!(check(cases), 19 * 7);
+    // 21 rows x (7 statuses + no run).
+    assert_eq!(check(cases), 21 * 8);
 }
 
 #[test]

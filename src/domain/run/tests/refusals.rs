@@ -1143,7 +1143,7 @@ fn errors_say_what_and_why() {
         message(path(Compensating), schedule(notify(), now, now)),
         format!(
             "run {id} is COMPENSATING: cannot schedule a step (schedule a step is only allowed \
-             in RUNNING or WAITING)"
+             in RUNNING, WAITING or PAUSED)"
         )
     );
     assert_eq!(

@@ -62,6 +62,8 @@ fn every_event() -> Vec<RunEvent> {
         failed("build failed", Some(ErrorClass::Budget), t(19)),
         failed("gave up", None, t(19)),
         cancelled("alice", t(20)),
+        paused("ops", t(0)),
+        resumed("ops", t(0)),
     ]
 }
 
@@ -92,6 +94,8 @@ fn the_event_types_are_the_documented_names() {
         completed(t(0)),
         failed("r", None, t(0)),
         cancelled("a", t(0)),
+        paused("ops", t(0)),
+        resumed("ops", t(0)),
     ]
     .iter()
     .map(DomainEvent::event_type)
@@ -118,6 +122,8 @@ fn the_event_types_are_the_documented_names() {
             "run.completed",
             "run.failed",
             "run.cancelled",
+            "run.paused",
+            "run.resumed",
         ]
     );
 }
