@@ -50,6 +50,9 @@ pub enum DefinitionError {
     NoVersion { name: String, version: String },
     #[error("no runnable version of workflow `{0}` is registered")]
     NoRunnable(String),
+    /// A version that may not take new runs (retired, or not registered).
+    #[error("{0}")]
+    NotRunnable(crate::domain::workflow::NotRunnable),
     #[error("the registered definition of {what} cannot be read: {reason}")]
     Corrupt { what: String, reason: String },
     #[error("{0} kept changing while registering; try again")]
@@ -64,6 +67,7 @@ impl Classified for DefinitionError {
             Self::Invalid(_) | Self::Io { .. } | Self::Malformed(_) => ErrorKind::Invalid,
             Self::Refused(_) => ErrorKind::Conflict,
             Self::NoVersion { .. } | Self::NoRunnable(_) => ErrorKind::NotFound,
+            Self::NotRunnable(_) => ErrorKind::Conflict,
             Self::Busy(_) => ErrorKind::Unavailable,
             Self::Corrupt { .. } => ErrorKind::Internal,
             Self::Store(e) => e.kind(),
@@ -75,6 +79,7 @@ impl Classified for DefinitionError {
             Self::Invalid(_) | Self::Io { .. } | Self::Malformed(_) => "invalid_workflow",
             Self::Refused(_) => "illegal_transition",
             Self::NoVersion { .. } | Self::NoRunnable(_) => "workflow_not_found",
+            Self::NotRunnable(_) => "version_not_runnable",
             Self::Busy(_) => "busy",
             Self::Corrupt { .. } => "corrupt_definition",
             Self::Store(e) => e.code(),
@@ -275,6 +280,11 @@ impl Definitions {
         reference: &str,
     ) -> Result<(Arc<Workflow>, String), DefinitionError> {
         if let Some((name, version)) = reference.split_once('@') {
+            // A new run may not start a retired version (runs on it finish on it).
+            let state = catalog::load(store, name).await?;
+            if let Err(not) = state.runnable(&Version::try_from(version)?) {
+                return Err(DefinitionError::NotRunnable(not));
+            }
             return Ok((self.get(store, name, version).await?, version.to_string()));
         }
         let (state, _) = domain_io::load::<WorkflowDefinition>(
@@ -290,5 +300,6 @@ impl Definitions {
     }
 }
 
+pub mod catalog;
 #[cfg(test)]
 mod tests;

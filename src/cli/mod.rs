@@ -30,6 +30,7 @@ mod time_arg;
 mod tokens;
 mod validate;
 mod worker;
+mod workflows;
 
 use std::process::ExitCode;
 
@@ -71,6 +72,8 @@ enum Command {
     Reject(reject::RejectArgs),
     /// Cancel a run.
     Cancel(cancel::CancelArgs),
+    /// The registered workflows and their versions: list, show, diff, retire.
+    Workflows(workflows::WorkflowsArgs),
     /// Pause a run: no step starts until it is resumed (steps in flight finish).
     Pause(pause::PauseArgs),
     /// Resume a paused run.
@@ -169,6 +172,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reject(args) => reject::reject(open(&location, true).await?, args).await,
         Command::Cancel(args) => cancel::cancel(open(&location, true).await?, args).await,
         Command::Pause(args) => pause::pause(open(&location, true).await?, args).await,
+        Command::Workflows(args) => workflows::workflows(open(&location, true).await?, args).await,
         Command::Resume(args) => resume::resume(open(&location, true).await?, args).await,
         Command::Replay(args) => replay::replay(open(&location, true).await?, args).await,
         Command::Serve(args) => serve::run(open_for_work(&location).await?, args).await,

@@ -1,7 +1,8 @@
 //! Operators' control over runs in flight, through the real binary and the HTTP API,
 //! on both stores, with two `awl worker` processes: pausing (no step starts, the step
 //! in flight finishes), resuming (the run goes on where it was), cancelling a paused
-//! run, and the refusals that say what state the run is in.
+//! run, and the refusals that say what state the run is in; workflow versions (a run
+//! finishes on the version it started with, `awl workflows list|show|diff|retire`).
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use crate::support::{Backend, TestStore, on_both_stores, poll, wait_for};
 on_both_stores!(worker_threads = 2;
     a_paused_run_starts_nothing_new_until_resumed,
     runs_are_paused_resumed_and_cancelled_over_http,
+    a_run_finishes_on_its_version_and_a_retired_version_takes_no_new_runs,
 );
 
 const LIMIT: u64 = 60;
@@ -284,4 +286,122 @@ async fn runs_are_paused_resumed_and_cancelled_over_http(backend: Backend) {
             .contains("not needed")
     );
     server.shutdown().await.expect("stop");
+}
+
+fn versioned(version: &str, says: &str) -> String {
+    format!(
+        "name: versioned\nversion: \"{version}\"\nsteps:\n  - id: say\n    type: shell\n    command: [printf, \"{says}\"]\noutputs:\n  said: \"${{{{ steps.say.outputs.stdout }}}}\"\n"
+    )
+}
+
+async fn a_run_finishes_on_its_version_and_a_retired_version_takes_no_new_runs(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("versioned.awl.yaml");
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let start = async |yaml: String| {
+        std::fs::write(&file, yaml).expect("write");
+        stdout_of(
+            "awl run --detach",
+            awl.output(&["run", "--detach", file.to_str().expect("utf-8")])
+                .await,
+        )
+        .trim()
+        .to_string()
+    };
+    // Version 1 is started, then version 2 registered (and started) before any worker
+    // picks the first run up.
+    let first = start(versioned("1.0.0", "one")).await;
+    let second = start(versioned("2.0.0", "two")).await;
+    let _worker = awl.worker(dir.path().join("worker.log"), &[]);
+    for (run, said, version) in [(&first, "one", "1.0.0"), (&second, "two", "2.0.0")] {
+        let status = wait_for(LIMIT, "the run to finish", async || {
+            let s = awl.status(run).await;
+            (s["status"] == "SUCCEEDED").then_some(s)
+        })
+        .await;
+        assert_eq!(status["outcome"]["outputs"]["said"], said, "{status:#}");
+        assert_eq!(status["version"], version, "{status:#}");
+    }
+    let listed = awl.ok(&["workflows", "list", "--json"]).await;
+    let entry: Value = serde_json::from_str(listed.lines().next().expect("a line")).expect("JSON");
+    assert_eq!(entry["workflow"], "versioned");
+    assert_eq!(entry["latest"], "2.0.0");
+    assert_eq!(
+        entry["versions"].as_array().map(Vec::len),
+        Some(2),
+        "{entry}"
+    );
+    let shown = awl.ok(&["workflows", "show", "versioned@1.0.0"]).await;
+    assert!(shown.contains("\"one\""), "{shown}");
+    let diff = awl
+        .ok(&["workflows", "diff", "versioned", "1.0.0", "2.0.0"])
+        .await;
+    let changed: Vec<&str> = diff
+        .lines()
+        .filter(|l| l.starts_with('-') || l.starts_with('+'))
+        .collect();
+    assert!(
+        changed
+            .iter()
+            .any(|l| l.starts_with('-') && l.contains("\"one\"")),
+        "{diff}"
+    );
+    assert!(
+        changed
+            .iter()
+            .any(|l| l.starts_with('+') && l.contains("\"two\"")),
+        "{diff}"
+    );
+    assert!(
+        !diff
+            .lines()
+            .any(|l| l.starts_with('-') && l.contains("\"say\"")),
+        "{diff}"
+    );
+
+    // Retired, version 2 takes no new runs; a run naming no version gets version 1.
+    awl.ok(&[
+        "workflows",
+        "retire",
+        "versioned@2.0.0",
+        "--reason",
+        "prints the wrong word",
+    ])
+    .await;
+    let listed = awl.ok(&["workflows", "list"]).await;
+    assert!(
+        listed.contains("new runs: 1.0.0") && listed.contains("prints the wrong word"),
+        "{listed}"
+    );
+    let runs = awl::runs::Runs::new(t.store.clone(), awl::clock::system_clock());
+    let refused = runs
+        .start(
+            awl::runs::StartRun {
+                workflow: "versioned@2.0.0".into(),
+                ..Default::default()
+            },
+            "test",
+            None,
+        )
+        .await
+        .expect_err("a retired version takes no new runs");
+    assert!(refused.to_string().contains("retired"), "{refused}");
+    let latest = runs
+        .start(
+            awl::runs::StartRun {
+                workflow: "versioned".into(),
+                ..Default::default()
+            },
+            "test",
+            None,
+        )
+        .await
+        .expect("the latest runnable version starts");
+    assert_eq!(latest.version, "1.0.0");
+    // Retiring a version that does not exist says so.
+    let unknown = awl
+        .output(&["workflows", "retire", "versioned@9.0.0"])
+        .await;
+    assert!(!unknown.status.success());
 }
