@@ -18,6 +18,7 @@ mod pause;
 mod projections;
 mod reject;
 mod replay;
+mod rerun;
 mod resume;
 mod review;
 mod run;
@@ -74,6 +75,9 @@ enum Command {
     Cancel(cancel::CancelArgs),
     /// The registered workflows and their versions: list, show, diff, retire.
     Workflows(workflows::WorkflowsArgs),
+    /// Start a finished run again from a step (keeping the steps before it), or fork it
+    /// there with changed inputs (`--var`).
+    Rerun(rerun::RerunArgs),
     /// Pause a run: no step starts until it is resumed (steps in flight finish).
     Pause(pause::PauseArgs),
     /// Resume a paused run.
@@ -172,6 +176,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reject(args) => reject::reject(open(&location, true).await?, args).await,
         Command::Cancel(args) => cancel::cancel(open(&location, true).await?, args).await,
         Command::Pause(args) => pause::pause(open(&location, true).await?, args).await,
+        Command::Rerun(args) => rerun::rerun(open_for_work(&location).await?, args).await,
         Command::Workflows(args) => workflows::workflows(open(&location, true).await?, args).await,
         Command::Resume(args) => resume::resume(open(&location, true).await?, args).await,
         Command::Replay(args) => replay::replay(open(&location, true).await?, args).await,

@@ -60,7 +60,8 @@ pub fn timeline_json(run: &Run) -> Value {
                 })
                 .collect();
             json!({"step_id": id.to_string(), "status": state.phase().as_str(), "attempts": attempts,
-                   "output": run.succeeded_output(id)})
+                   "output": run.succeeded_output(id),
+                   "carried_from": run.carried_from(id).map(|r| r.to_string())})
         })
         .collect();
     let gates: Vec<Value> = run
@@ -74,6 +75,9 @@ pub fn timeline_json(run: &Run) -> Value {
     j["steps"] = Value::Array(steps);
     j["gates"] = Value::Array(gates);
     j["outcome"] = serde_json::to_value(run.outcome()).unwrap_or(Value::Null);
+    j["origin"] = serde_json::to_value(run.origin()).unwrap_or(Value::Null);
+    j["derived"] = serde_json::to_value(run.derived()).unwrap_or(Value::Null);
+    j["paused"] = serde_json::to_value(run.paused()).unwrap_or(Value::Null);
     j
 }
 
@@ -89,6 +93,31 @@ pub fn print_timeline(run: &Run) {
         run.workflow_version(),
         run.status().map_or("?", |s| s.as_str())
     );
+    if let Some(origin) = run.origin() {
+        let _ = writeln!(
+            out,
+            "    {} of run {} from step `{}`",
+            origin.kind.as_str(),
+            origin.run_id,
+            origin.from_step
+        );
+    }
+    for d in run.derived() {
+        let _ = writeln!(
+            out,
+            "    {} {} from step `{}` by {} at {}",
+            d.kind.as_str(),
+            d.run_id,
+            d.from_step,
+            d.by,
+            d.at
+        );
+    }
+    for id in run.steps().keys() {
+        if let Some(from) = run.carried_from(id) {
+            let _ = writeln!(out, "    {id:<24} carried from run {from}");
+        }
+    }
     let offset = |t: Option<DateTime<Utc>>| match (start, t) {
         (Some(s), Some(t)) => format!("+{}", between(s, t)),
         _ => "-".into(),

@@ -50,7 +50,7 @@ pub struct RunArgs {
     by: Option<String>,
 }
 
-fn parse_vars(vars: &[String]) -> anyhow::Result<Map<String, Value>> {
+pub(super) fn parse_vars(vars: &[String]) -> anyhow::Result<Map<String, Value>> {
     let mut map = Map::new();
     for var in vars {
         let Some((name, value)) = var.split_once('=') else {
@@ -104,15 +104,39 @@ pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
             store.location()
         );
     }
+    let how = Execution {
+        json: args.json,
+        env_allow: &args.env_allow,
+        secret_env: &args.secret_env,
+    };
+    execute(&store, &runs, run_id, head, how).await
+}
+
+/// How a run is carried out in the foreground.
+pub(super) struct Execution<'a> {
+    pub json: bool,
+    pub env_allow: &'a [String],
+    pub secret_env: &'a [String],
+}
+
+/// Carry `run_id` out here with a worker of its own, printing its events from `head`
+/// on; exit non-zero unless it succeeds (an interrupt leaves it to `awl worker`).
+pub(super) async fn execute(
+    store: &EventStore,
+    runs: &Runs,
+    run_id: RunId,
+    head: i64,
+    how: Execution<'_>,
+) -> anyhow::Result<()> {
     let mut config = WorkerConfig::for_runs(owner("run"), [run_id]);
-    config.env = allowed_env(&args.env_allow);
-    let (secret_env, mask) = secrets(&args.secret_env, &store);
+    config.env = allowed_env(how.env_allow);
+    let (secret_env, mask) = secrets(how.secret_env, store);
     config.env.extend(secret_env);
     config.secrets = mask;
     let worker = Worker::new(store.clone(), runners(), config, system_clock());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut work = tokio::spawn(worker.run(stop_rx));
-    let progress = tokio::spawn(follow(store.clone(), run_id, head, args.json));
+    let progress = tokio::spawn(follow(store.clone(), run_id, head, how.json));
     let interrupted = tokio::select! {
         result = &mut work => { result.context("the worker stopped")??; false }
         _ = tokio::signal::ctrl_c() => true,
@@ -130,7 +154,7 @@ pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let (run, _) = runs.get(run_id).await?;
-    if !args.json {
+    if !how.json {
         summary(&run);
     }
     match run.status() {

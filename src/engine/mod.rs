@@ -224,6 +224,7 @@ pub fn start_command(
             .timeout_seconds
             .map(|s| now + chrono::Duration::seconds(s as i64)),
         parent,
+        origin: None,
         at: now,
     })
 }

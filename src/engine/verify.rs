@@ -352,6 +352,8 @@ fn from_outside(event: &RunEvent) -> bool {
             | RunEvent::GateRejected { .. }
             | RunEvent::Paused { .. }
             | RunEvent::Resumed { .. }
+            | RunEvent::StepCarried { .. }
+            | RunEvent::Derived { .. }
             | RunEvent::Cancelled { .. }
     )
 }

@@ -7,6 +7,8 @@
 //! - `gates.rs`: find a gate's run and decide the gate;
 //! - `tasks.rs`: finish an agent step's task by hand;
 //! - `control.rs`: pause and resume a run;
+//! - `rerun.rs`: rerun a finished run from a step, or fork it there with changed
+//!   inputs;
 //! - `replay.rs`: rebuild a run from its events, check that the engine still decides
 //!   what they record, and say what a worker would do next;
 //! - `history.rs`: a run's history as a file, replayed by another build (golden
@@ -22,6 +24,7 @@ mod error;
 mod gates;
 pub mod history;
 mod replay;
+mod rerun;
 mod start;
 mod tasks;
 

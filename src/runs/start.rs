@@ -15,12 +15,13 @@ use uuid::Uuid;
 use crate::definitions::{self, Registered};
 use crate::domain::Decide;
 use crate::domain::ids::{IdempotencyKey, RunId};
-use crate::domain::run::Run;
+use crate::domain::run::{Run, RunCommand, RunError, RunEvent, RunOrigin};
 use crate::engine;
 use crate::log::Metadata;
 use crate::store::command::Command;
 use crate::telemetry;
 use crate::workflow::{self, inputs};
+use cqrs_es::Aggregate;
 
 use super::{Runs, RunsError, run_stream};
 
@@ -35,6 +36,14 @@ pub struct StartRun {
     pub workflow: String,
     /// Inputs as JSON values (types must match the declared ones).
     pub inputs: Map<String, Value>,
+}
+
+/// What a rerun or fork starts with besides its inputs: where it came from and the
+/// origin's steps it keeps (`RunCommand::CarryStep`s).
+#[derive(Debug, Clone)]
+pub(super) struct Lineage {
+    pub origin: RunOrigin,
+    pub carried: Vec<RunCommand>,
 }
 
 /// A run that was started (or found, for a repeated idempotent request).
@@ -85,7 +94,7 @@ impl Runs {
             content_hash: String::new(),
             workflow,
         };
-        self.start_registered(&registered, inputs, run_id, by, key)
+        self.start_registered(&registered, inputs, run_id, by, key, None)
             .await
     }
 
@@ -103,7 +112,7 @@ impl Runs {
             .map_err(definitions::DefinitionError::Invalid)?;
         let registered = definitions::register_file(&self.store, path, by, self.now()).await?;
         let started = self
-            .start_registered(&registered, inputs, RunId::new(), by, None)
+            .start_registered(&registered, inputs, RunId::new(), by, None, None)
             .await?;
         Ok((started, registered))
     }
@@ -117,20 +126,21 @@ impl Runs {
         inputs: Map<String, Value>,
         by: &str,
     ) -> Result<Started, RunsError> {
-        self.start_registered(registered, inputs, RunId::new(), by, None)
+        self.start_registered(registered, inputs, RunId::new(), by, None, None)
             .await
     }
 
     /// Append the run's start (inputs already checked) with its first wake-up, in a
     /// span of its own: the run's trace. Its `traceparent` goes into the start
     /// event's metadata, and every step of the run, on any worker, is put under it.
-    async fn start_registered(
+    pub(super) async fn start_registered(
         &self,
         registered: &Registered,
         inputs: Map<String, Value>,
         run_id: RunId,
         by: &str,
         key: Option<&IdempotencyKey>,
+        lineage: Option<Lineage>,
     ) -> Result<Started, RunsError> {
         let span = tracing::info_span!(
             "awl.run.start",
@@ -140,7 +150,7 @@ impl Runs {
             awl.workflow.version = %registered.version,
         );
         let started = self
-            .append_start(registered, inputs, run_id, by, key)
+            .append_start(registered, inputs, run_id, by, key, lineage)
             .instrument(span)
             .await?;
         if started.created {
@@ -156,10 +166,11 @@ impl Runs {
         run_id: RunId,
         by: &str,
         key: Option<&IdempotencyKey>,
+        lineage: Option<Lineage>,
     ) -> Result<Started, RunsError> {
         let now = self.now();
         let inputs = self.seal_inputs(registered, run_id, inputs, now).await?;
-        let command = engine::start_command(
+        let mut command = engine::start_command(
             &registered.workflow,
             &registered.version,
             run_id,
@@ -168,15 +179,40 @@ impl Runs {
             now,
         )
         .map_err(|e| RunsError::Invalid(e.to_string()))?;
+        let carried = match lineage {
+            Some(Lineage { origin, carried }) => {
+                if let RunCommand::Start { origin: o, .. } = &mut command {
+                    *o = Some(origin);
+                }
+                carried
+            }
+            None => Vec::new(),
+        };
         let stream = run_stream(run_id);
         let done = Command::new(&self.store, &stream, Metadata::actor(by))
             .wakes(now, |_: &Run| vec![run_id.to_string()])
-            .run(|run| {
+            .run(|run| -> Result<Vec<RunEvent>, RunError> {
                 if key.is_some() && run.status().is_some() {
                     // Started by an earlier request with this key: compared below.
                     return Ok(Vec::new());
                 }
-                run.decide(command.clone())
+                let mut events: Vec<RunEvent> = run.decide(command.clone())?;
+                if carried.is_empty() {
+                    return Ok(events);
+                }
+                // A rerun's or fork's carried steps, decided on the run as started.
+                let mut scratch = run.clone();
+                for e in &events {
+                    scratch.apply(e.clone());
+                }
+                for carry in &carried {
+                    let more: Result<Vec<RunEvent>, RunError> = scratch.decide(carry.clone());
+                    for e in more? {
+                        scratch.apply(e.clone());
+                        events.push(e);
+                    }
+                }
+                Ok(events)
             })
             .await?;
         let run = &done.state;

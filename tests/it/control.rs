@@ -2,7 +2,8 @@
 //! on both stores, with two `awl worker` processes: pausing (no step starts, the step
 //! in flight finishes), resuming (the run goes on where it was), cancelling a paused
 //! run, and the refusals that say what state the run is in; workflow versions (a run
-//! finishes on the version it started with, `awl workflows list|show|diff|retire`).
+//! finishes on the version it started with, `awl workflows list|show|diff|retire`);
+//! reruns from a step and forks, with their side effects counted.
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ on_both_stores!(worker_threads = 2;
     a_paused_run_starts_nothing_new_until_resumed,
     runs_are_paused_resumed_and_cancelled_over_http,
     a_run_finishes_on_its_version_and_a_retired_version_takes_no_new_runs,
+    a_rerun_from_a_step_keeps_the_steps_before_it_and_a_fork_changes_inputs,
 );
 
 const LIMIT: u64 = 60;
@@ -219,6 +221,34 @@ async fn runs_are_paused_resumed_and_cancelled_over_http(backend: Backend) {
         (view["status"] == "SUCCEEDED").then_some(())
     })
     .await;
+    // Rerun over HTTP from the step after the gate: the gate is kept, not asked again.
+    let (status, body) = api
+        .call(
+            Some(&tk.operator),
+            Method::POST,
+            &path("rerun"),
+            Some(json!({"from_step": "nowhere"})),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 422, "{body}");
+    assert!(body.to_string().contains("ask, then"), "{body}");
+    let rerun = api
+        .ok(
+            &tk.operator,
+            Method::POST,
+            &path("rerun"),
+            json!({"from_step": "then"}),
+        )
+        .await;
+    let rerun = rerun["run_id"].as_str().expect("a new run").to_string();
+    assert_ne!(rerun, run);
+    wait_for(LIMIT, "the rerun to finish without asking", async || {
+        let view = api
+            .fetch(Some(&tk.viewer), &format!("/api/v1/runs/{rerun}"))
+            .await;
+        (view["status"] == "SUCCEEDED").then_some(())
+    })
+    .await;
     // Resuming a finished run is refused with its state; a second run is paused then
     // cancelled.
     let (status, body) = api
@@ -404,4 +434,123 @@ async fn a_run_finishes_on_its_version_and_a_retired_version_takes_no_new_runs(b
         .output(&["workflows", "retire", "versioned@9.0.0"])
         .await;
     assert!(!unknown.status.success());
+}
+
+const RELAY: &str = r#"
+name: relay
+version: "1.0.0"
+inputs:
+  marks: { type: string, required: true }
+  flag: { type: string, required: true }
+  label: { type: string, default: first }
+steps:
+  - id: fetch
+    type: shell
+    script: 'echo fetch >> "$MARKS"; printf "data-%s" "$LABEL"'
+    env: { MARKS: "${{ inputs.marks }}", LABEL: "${{ inputs.label }}" }
+  - id: process
+    type: shell
+    script: 'echo process >> "$MARKS"; test ! -e "$FLAG" && printf "processed %s" "$FROM"'
+    env: { MARKS: "${{ inputs.marks }}", FLAG: "${{ inputs.flag }}", FROM: "${{ steps.fetch.outputs.stdout }}" }
+  - id: publish
+    type: shell
+    script: 'echo publish >> "$MARKS"'
+    env: { MARKS: "${{ inputs.marks }}" }
+outputs:
+  result: "${{ steps.process.outputs.stdout }}"
+"#;
+
+async fn a_rerun_from_a_step_keeps_the_steps_before_it_and_a_fork_changes_inputs(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("relay.awl.yaml");
+    std::fs::write(&file, RELAY).expect("write");
+    let (marks, flag) = (dir.path().join("marks.txt"), dir.path().join("broken"));
+    std::fs::write(&flag, "").expect("flag");
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let read_marks = || std::fs::read_to_string(&marks).unwrap_or_default();
+    let ran = awl
+        .output(&[
+            "run",
+            file.to_str().expect("utf-8"),
+            "--var",
+            &format!("marks={}", marks.display()),
+            "--var",
+            &format!("flag={}", flag.display()),
+        ])
+        .await;
+    assert!(!ran.status.success(), "the first run fails at `process`");
+    let origin = crate::support::cli::run_id_of(&String::from_utf8_lossy(&ran.stderr));
+    assert_eq!(read_marks(), "fetch\nprocess\n");
+
+    // Refusals name what is wrong.
+    let unknown = awl.output(&["rerun", &origin, "--from", "nope"]).await;
+    let said = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        !unknown.status.success() && said.contains("fetch, process, publish"),
+        "{said}"
+    );
+    let past_failure = awl.output(&["rerun", &origin, "--from", "publish"]).await;
+    let said = String::from_utf8_lossy(&past_failure.stderr);
+    assert!(
+        !past_failure.status.success() && said.contains("step `process` did not succeed"),
+        "{said}"
+    );
+
+    // Fixed, rerun from `process`: `fetch` is not run again, its output is used.
+    std::fs::remove_file(&flag).expect("unflag");
+    let rerun = awl
+        .output(&["rerun", &origin, "--from", "process", "--by", "ops"])
+        .await;
+    let said = String::from_utf8_lossy(&rerun.stderr).to_string();
+    assert!(rerun.status.success(), "{said}");
+    let again = crate::support::cli::run_id_of(&said);
+    assert_ne!(again, origin);
+    assert_eq!(
+        read_marks(),
+        "fetch\nprocess\nprocess\npublish\n",
+        "fetch ran once"
+    );
+    let status = awl.status(&again).await;
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(
+        status["outcome"]["outputs"]["result"],
+        "processed data-first"
+    );
+    assert_eq!(status["origin"]["run_id"], origin.as_str(), "{status:#}");
+    assert_eq!(status["origin"]["kind"], "rerun");
+    assert_eq!(
+        step(&status, "fetch")["carried_from"],
+        origin.as_str(),
+        "{status:#}"
+    );
+    assert_eq!(step(&status, "fetch")["attempts"], json!([]));
+    let before = awl.status(&origin).await;
+    assert_eq!(before["status"], "FAILED", "the origin stays as it ended");
+    assert_eq!(before["derived"][0]["run_id"], again.as_str(), "{before:#}");
+    assert_eq!(before["derived"][0]["by"], "ops");
+
+    // A fork from the first step with a changed input runs everything again.
+    let fork = awl
+        .output(&["rerun", &again, "--from", "fetch", "--var", "label=second"])
+        .await;
+    let said = String::from_utf8_lossy(&fork.stderr).to_string();
+    assert!(fork.status.success(), "{said}");
+    let forked = crate::support::cli::run_id_of(&said);
+    let status = awl.status(&forked).await;
+    assert_eq!(
+        status["outcome"]["outputs"]["result"],
+        "processed data-second"
+    );
+    assert_eq!(status["origin"]["kind"], "fork");
+    assert_eq!(
+        read_marks(),
+        "fetch\nprocess\nprocess\npublish\nfetch\nprocess\npublish\n"
+    );
+    // Every run replays, and the log is sound.
+    for run in [&origin, &again, &forked] {
+        awl.ok(&["replay", run]).await;
+    }
+    let check = awl.ok(&["check"]).await;
+    assert!(check.contains("no problems"), "{check}");
 }

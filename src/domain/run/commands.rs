@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 
-use super::types::{ErrorClass, ParentRef, RecoveryAction, StepError};
+use super::types::{DerivedKind, ErrorClass, ParentRef, RecoveryAction, RunOrigin, StepError};
 
 /// A request to change one run.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +24,23 @@ pub enum RunCommand {
         budget_usd: Option<f64>,
         timeout_at: Option<DateTime<Utc>>,
         parent: Option<ParentRef>,
+        origin: Option<RunOrigin>,
+        at: DateTime<Utc>,
+    },
+    /// Keep a step of the origin run as it ended there (a rerun's or fork's first
+    /// events, before any step of its own).
+    CarryStep {
+        step_id: StepId,
+        from_run: RunId,
+        output: Option<Value>,
+        at: DateTime<Utc>,
+    },
+    /// Note on the origin run that a rerun or fork was made from it.
+    NoteDerived {
+        run_id: RunId,
+        kind: DerivedKind,
+        from_step: StepId,
+        by: String,
         at: DateTime<Utc>,
     },
     /// Queue a step for its first attempt.
@@ -165,6 +182,8 @@ impl RunCommand {
             Self::RecordCompensationStep { .. } => RunAction::RecordCompensationStep,
             Self::Complete { .. } => RunAction::Complete,
             Self::Fail { .. } => RunAction::Fail,
+            Self::CarryStep { .. } => RunAction::CarryStep,
+            Self::NoteDerived { .. } => RunAction::NoteDerived,
             Self::Pause { .. } => RunAction::Pause,
             Self::Resume { .. } => RunAction::Resume,
             Self::Cancel { .. } => RunAction::Cancel,
@@ -195,6 +214,8 @@ pub enum RunAction {
     Pause,
     Resume,
     Cancel,
+    CarryStep,
+    NoteDerived,
 }
 
 impl RunAction {
@@ -218,6 +239,8 @@ impl RunAction {
             Self::Complete => "complete",
             Self::Pause => "pause",
             Self::Resume => "resume",
+            Self::CarryStep => "carry",
+            Self::NoteDerived => "note a run derived from",
             Self::Cancel => "cancel",
         }
     }
@@ -245,6 +268,8 @@ impl fmt::Display for RunAction {
             Self::Fail => "fail",
             Self::Pause => "pause the run",
             Self::Resume => "resume the run",
+            Self::CarryStep => "carry a step",
+            Self::NoteDerived => "note a derived run",
             Self::Cancel => "cancel",
         })
     }

@@ -36,6 +36,7 @@ impl Decide for Run {
                     budget_usd,
                     timeout_at,
                     parent,
+                    origin,
                     at,
                 } => {
                     let check = Check {
@@ -57,13 +58,15 @@ impl Decide for Run {
                         budget_usd,
                         timeout_at,
                         parent,
+                        origin,
                         at,
                     }])
                 }
                 _ => Err(RunError::NotStarted { action }),
             };
         };
-        if status.is_terminal() {
+        // A finished run never changes, except to note the runs made from it.
+        if status.is_terminal() && !matches!(command, RunCommand::NoteDerived { .. }) {
             return Err(RunError::Finished {
                 run,
                 status,
@@ -494,6 +497,52 @@ impl Decide for Run {
                 Ok(vec![RunEvent::Failed {
                     reason,
                     error_class,
+                    at,
+                }])
+            }
+
+            RunCommand::CarryStep {
+                step_id,
+                from_run,
+                output,
+                at,
+            } => {
+                check.status_in(ACTIVE)?;
+                let refuse = |reason| RunError::CannotCarry {
+                    run,
+                    step: step_id.clone(),
+                    reason,
+                };
+                if self.origin.is_none() {
+                    return Err(refuse("the run is not a rerun or fork"));
+                }
+                if self.steps.contains_key(&step_id) {
+                    return Err(refuse("the step already has a state here"));
+                }
+                if self.attempts.values().any(|a| !a.is_empty()) {
+                    return Err(refuse("the run has started steps of its own"));
+                }
+                Ok(vec![RunEvent::StepCarried {
+                    step_id,
+                    from_run,
+                    output,
+                    at,
+                }])
+            }
+
+            RunCommand::NoteDerived {
+                run_id,
+                kind,
+                from_step,
+                by,
+                at,
+            } => {
+                check.not_empty("by", &by)?;
+                Ok(vec![RunEvent::Derived {
+                    run_id,
+                    kind,
+                    from_step,
+                    by,
                     at,
                 }])
             }

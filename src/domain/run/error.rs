@@ -61,6 +61,16 @@ pub enum RunError {
         at: DateTime<Utc>,
     },
 
+    #[error(
+        "run {run}: cannot carry step `{step}`: {reason} (steps are carried only into a \
+         rerun or fork, before any step of its own)"
+    )]
+    CannotCarry {
+        run: RunId,
+        step: StepId,
+        reason: &'static str,
+    },
+
     #[error("run {run}: cannot {} step `{step}`: it was never scheduled", .action.verb())]
     UnknownStep {
         run: RunId,

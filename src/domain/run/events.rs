@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 
-use super::types::{ErrorClass, ParentRef, RecoveryAction, StepError};
+use super::types::{DerivedKind, ErrorClass, ParentRef, RecoveryAction, RunOrigin, StepError};
 
 /// Something that happened in one workflow run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,6 +28,27 @@ pub enum RunEvent {
         timeout_at: Option<DateTime<Utc>>,
         /// The step of another run this run is a sub-workflow of.
         parent: Option<ParentRef>,
+        /// The run this one reruns or forks, and the step it starts again at.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<RunOrigin>,
+        at: DateTime<Utc>,
+    },
+    /// A step of the origin run kept as it ended there (a rerun or fork starts after
+    /// it): its output (`None`: it was skipped). It is not performed again.
+    #[serde(rename = "run.step_carried")]
+    StepCarried {
+        step_id: StepId,
+        from_run: RunId,
+        output: Option<Value>,
+        at: DateTime<Utc>,
+    },
+    /// A rerun or fork was made from this run (recorded on finished runs too).
+    #[serde(rename = "run.derived")]
+    Derived {
+        run_id: RunId,
+        kind: DerivedKind,
+        from_step: StepId,
+        by: String,
         at: DateTime<Utc>,
     },
     /// A step was queued for its first attempt, to start at `due_at`.
@@ -198,6 +219,7 @@ impl RunEvent {
         match self {
             Self::Started { inputs, .. } => vec![Payload::Value(inputs)],
             Self::StepSucceeded { output, .. } => vec![Payload::Value(output)],
+            Self::StepCarried { output, .. } => output.iter_mut().map(Payload::Value).collect(),
             Self::StepFailed { error, .. } => vec![Payload::Text(&mut error.message)],
             Self::StepSkipped { reason, .. }
             | Self::CompensationStarted { reason, .. }
@@ -218,7 +240,8 @@ impl RunEvent {
             | Self::GateExpired { .. }
             | Self::CostCharged { .. }
             | Self::BudgetExceeded { .. }
-            | Self::Resumed { .. } => Vec::new(),
+            | Self::Resumed { .. }
+            | Self::Derived { .. } => Vec::new(),
         }
     }
 
@@ -245,6 +268,8 @@ impl RunEvent {
             | Self::Failed { at, .. }
             | Self::Paused { at, .. }
             | Self::Resumed { at, .. }
+            | Self::StepCarried { at, .. }
+            | Self::Derived { at, .. }
             | Self::Cancelled { at, .. } => *at,
         }
     }
@@ -271,6 +296,8 @@ impl DomainEvent for RunEvent {
             Self::CompensationStepRan { .. } => "run.compensation_step_ran",
             Self::Completed { .. } => "run.completed",
             Self::Failed { .. } => "run.failed",
+            Self::StepCarried { .. } => "run.step_carried",
+            Self::Derived { .. } => "run.derived",
             Self::Paused { .. } => "run.paused",
             Self::Resumed { .. } => "run.resumed",
             Self::Cancelled { .. } => "run.cancelled",

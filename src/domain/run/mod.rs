@@ -39,7 +39,19 @@ pub use state::{
     Attempt, AttemptOutcome, Compensation, CompensationRan, Gate, GateDecision, Pause, RunOutcome,
     RunStatus, StepPhase, StepSituation, StepState,
 };
-pub use types::{ErrorClass, ParentRef, RecoveryAction, StepError, UnknownErrorClass};
+pub use types::{
+    DerivedKind, ErrorClass, ParentRef, RecoveryAction, RunOrigin, StepError, UnknownErrorClass,
+};
+
+/// A rerun or fork made from a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DerivedRun {
+    pub run_id: RunId,
+    pub kind: DerivedKind,
+    pub from_step: StepId,
+    pub by: String,
+    pub at: DateTime<Utc>,
+}
 
 /// One run: the state folded from its stream.
 ///
@@ -65,6 +77,15 @@ pub struct Run {
     total_tokens: u64,
     budget_exceeded_at: Option<DateTime<Utc>>,
     compensation: Option<Compensation>,
+    /// The run this one reruns or forks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    origin: Option<RunOrigin>,
+    /// Steps kept from the origin run, not performed here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    carried: BTreeMap<StepId, RunId>,
+    /// Reruns and forks made from this run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    derived: Vec<DerivedRun>,
     /// Set while someone has the run paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     paused: Option<Pause>,
@@ -82,6 +103,21 @@ impl Run {
     /// Where the run is; `None` before it was started.
     pub fn status(&self) -> Option<RunStatus> {
         self.status
+    }
+
+    /// The run this one reruns or forks, and the step it started again at.
+    pub fn origin(&self) -> Option<&RunOrigin> {
+        self.origin.as_ref()
+    }
+
+    /// The run a step was carried from (kept as it ended there), if it was.
+    pub fn carried_from(&self, step_id: &StepId) -> Option<RunId> {
+        self.carried.get(step_id).copied()
+    }
+
+    /// Reruns and forks made from this run, oldest first.
+    pub fn derived(&self) -> &[DerivedRun] {
+        &self.derived
     }
 
     /// Who paused the run, while it is paused: no step starts.
@@ -294,10 +330,12 @@ impl Run {
                 budget_usd,
                 timeout_at,
                 parent,
+                origin,
                 at,
             } => {
                 *self = Run {
                     run_id: Some(run_id),
+                    origin,
                     status: Some(RunStatus::Running),
                     workflow: Some(workflow),
                     workflow_version,
@@ -533,6 +571,35 @@ impl Run {
             } => self.end(RunOutcome::Failed {
                 reason,
                 error_class,
+                at,
+            }),
+            RunEvent::StepCarried {
+                step_id,
+                from_run,
+                output,
+                ..
+            } => {
+                let state = match output {
+                    Some(output) => StepState::Succeeded { attempt: 1, output },
+                    None => StepState::Skipped {
+                        attempt: 1,
+                        reason: format!("skipped in run {from_run}"),
+                    },
+                };
+                self.steps.insert(step_id.clone(), state);
+                self.carried.insert(step_id, from_run);
+            }
+            RunEvent::Derived {
+                run_id,
+                kind,
+                from_step,
+                by,
+                at,
+            } => self.derived.push(DerivedRun {
+                run_id,
+                kind,
+                from_step,
+                by,
                 at,
             }),
             RunEvent::Paused { by, reason, at } => {

@@ -142,6 +142,31 @@ impl fmt::Display for RecoveryAction {
     }
 }
 
+/// The run a rerun or a fork was made from, and the step it starts again at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunOrigin {
+    pub run_id: RunId,
+    pub from_step: StepId,
+    pub kind: DerivedKind,
+}
+
+/// How a run was made from another: with the same inputs, or with changed ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DerivedKind {
+    Rerun,
+    Fork,
+}
+
+impl DerivedKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rerun => "rerun",
+            Self::Fork => "fork",
+        }
+    }
+}
+
 /// The step of a parent run that started this run as a sub-workflow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParentRef {

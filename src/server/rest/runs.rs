@@ -11,7 +11,7 @@ use crate::server::AppState;
 use crate::server::caller::{gate_id, idempotency_header, run_id};
 use crate::server::extract::Body;
 use crate::server::wire::{
-    GateDecisionRequest, RunActionRequest, RunView, StartRunRequest, StartedRun,
+    GateDecisionRequest, RerunRequest, RunActionRequest, RunView, StartRunRequest, StartedRun,
 };
 
 use super::{Api, Who, created_or_found};
@@ -33,6 +33,20 @@ pub async fn start(
 pub async fn status(State(app): State<AppState>, Path(id): Path<String>) -> Api<Json<RunView>> {
     let (run, version) = app.runs.get(run_id(&id)?).await?;
     Ok(Json(RunView::of(&run, version)))
+}
+
+/// Rerun a finished run from a step (a fork when inputs are given): 201 and the new run.
+pub async fn rerun(
+    State(app): State<AppState>,
+    who: Who,
+    Path(id): Path<String>,
+    Body(req): Body<RerunRequest>,
+) -> Api<Response> {
+    let started = app
+        .runs
+        .rerun(run_id(&id)?, &req.from_step, req.inputs, &who.name)
+        .await?;
+    Ok(created_or_found(true, StartedRun::from(&started)))
 }
 
 /// What an operator does to a run.

@@ -46,6 +46,16 @@ pub struct RunActionRequest {
     pub reason: Option<String>,
 }
 
+/// Start a finished run again from one of its top-level steps (the steps before it keep
+/// their outputs); with `inputs`, a fork with those inputs changed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RerunRequest {
+    pub from_step: String,
+    #[serde(default)]
+    pub inputs: Option<serde_json::Map<String, Value>>,
+}
+
 /// A run as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct RunView {

@@ -14,7 +14,7 @@ pub(super) use crate::domain::testing::{case, check, fold, t, then};
 
 impl Stream for RunEvent {
     type Of = Run;
-    const VARIANTS: usize = 21;
+    const VARIANTS: usize = 23;
 
     fn variant(&self) -> usize {
         match self {
@@ -39,6 +39,8 @@ impl Stream for RunEvent {
             RunEvent::Cancelled { .. } => 18,
             RunEvent::Paused { .. } => 19,
             RunEvent::Resumed { .. } => 20,
+            RunEvent::StepCarried { .. } => 21,
+            RunEvent::Derived { .. } => 22,
         }
     }
 
@@ -150,6 +152,7 @@ pub(super) fn started_with(
         budget_usd,
         timeout_at,
         parent,
+        origin: None,
         at,
     }
 }
@@ -369,6 +372,30 @@ pub(super) fn resumed(by: &str, at: DateTime<Utc>) -> RunEvent {
     RunEvent::Resumed { by: by.into(), at }
 }
 
+/// The run other runs are made from in the fixtures.
+pub(super) fn origin_run() -> RunId {
+    RunId::from_uuid(Uuid::from_u128(0x0123))
+}
+
+pub(super) fn step_carried(step_id: StepId, at: DateTime<Utc>) -> RunEvent {
+    RunEvent::StepCarried {
+        step_id,
+        from_run: origin_run(),
+        output: Some(json!({"kept": true})),
+        at,
+    }
+}
+
+pub(super) fn derived(by: &str, at: DateTime<Utc>) -> RunEvent {
+    RunEvent::Derived {
+        run_id: origin_run(),
+        kind: DerivedKind::Rerun,
+        from_step: build(),
+        by: by.into(),
+        at,
+    }
+}
+
 // ---- commands (one helper per command) ---------------------------------------------
 
 /// Yields `started(at)`.
@@ -390,6 +417,7 @@ pub(super) fn start_with(
         budget_usd,
         timeout_at,
         parent,
+        origin: None,
         at,
     }
 }
@@ -579,6 +607,25 @@ pub(super) fn pause(by: &str, at: DateTime<Utc>) -> RunCommand {
 
 pub(super) fn resume(by: &str, at: DateTime<Utc>) -> RunCommand {
     RunCommand::Resume { by: by.into(), at }
+}
+
+pub(super) fn carry_step(step_id: StepId, at: DateTime<Utc>) -> RunCommand {
+    RunCommand::CarryStep {
+        step_id,
+        from_run: origin_run(),
+        output: Some(json!({"kept": true})),
+        at,
+    }
+}
+
+pub(super) fn note_derived(by: &str, at: DateTime<Utc>) -> RunCommand {
+    RunCommand::NoteDerived {
+        run_id: origin_run(),
+        kind: DerivedKind::Rerun,
+        from_step: build(),
+        by: by.into(),
+        at,
+    }
 }
 
 // ---- paths to every status -----------------------------------------------------------

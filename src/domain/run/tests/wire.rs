@@ -64,6 +64,8 @@ fn every_event() -> Vec<RunEvent> {
         cancelled("alice", t(20)),
         paused("ops", t(0)),
         resumed("ops", t(0)),
+        step_carried(build(), t(0)),
+        derived("ops", t(0)),
     ]
 }
 
@@ -96,6 +98,8 @@ fn the_event_types_are_the_documented_names() {
         cancelled("a", t(0)),
         paused("ops", t(0)),
         resumed("ops", t(0)),
+        step_carried(build(), t(0)),
+        derived("ops", t(0)),
     ]
     .iter()
     .map(DomainEvent::event_type)
@@ -124,6 +128,8 @@ fn the_event_types_are_the_documented_names() {
             "run.cancelled",
             "run.paused",
             "run.resumed",
+            "run.step_carried",
+            "run.derived",
         ]
     );
 }
