@@ -231,13 +231,7 @@ async fn a_database_crash_loses_no_acknowledged_write() {
     .await;
     assert_eq!(status, "SUCCEEDED");
     // The log as a whole is sound.
-    let report = awl.ok(&["check", "--json"]).await;
-    let report: Value = serde_json::from_str(report.trim()).expect("the report");
-    assert_eq!(
-        report["findings"],
-        json!([]),
-        "awl check after the crash: {report}"
-    );
+    assert_log_is_sound(&location, "the crash").await;
 }
 
 const TIMED: &str = r#"
@@ -349,6 +343,18 @@ async fn wake_ups_fire_on_time_with_the_listen_connection_cut() {
     eprintln!("gate expiry lateness with LISTEN cut {cuts} times: worst {worst:.3} s: {late:?}");
     // The worker polls every second when it hears nothing.
     assert!(worst < 2.0, "a wake-up was late by {worst} s: {late:?}");
+    assert_log_is_sound(&t.location, "the LISTEN cuts").await;
+}
+
+/// `awl check` (log and projections) after a fault: no findings.
+async fn assert_log_is_sound(location: &StoreLocation, after: &str) {
+    let report = Awl::bounded(location, LIMIT).ok(&["check", "--json"]).await;
+    let report: Value = serde_json::from_str(report.trim()).expect("the report");
+    assert_eq!(
+        report["findings"],
+        json!([]),
+        "awl check after {after}: {report}"
+    );
 }
 
 /// A command whose connection died after the database got its `COMMIT` (the answer
@@ -428,6 +434,7 @@ async fn a_command_tried_again_under_its_id_is_recorded_once(backend: Backend) {
     let events = t.store.read_stream(&stream).await.expect("the run");
     assert_eq!(of_type(&events, "run.started").count(), 1);
     assert!(events.iter().all(|e| e.metadata.command_id == Some(id)));
+    assert_log_is_sound(&t.location, "the lost commit answers").await;
 }
 
 /// `awl check` over a log with a step attempt that has two outcomes and a stream with
