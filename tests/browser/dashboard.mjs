@@ -2,7 +2,9 @@
 // tests/it/dashboard.rs starts `awl serve` with auth on and runs this with
 //   AWL_URL, AWL_TOKEN (an operator's), AWL_CHROMIUM, AWL_SCREENSHOTS (a directory).
 // It signs in through the token prompt, watches the board and a run's timeline change
-// without a reload, approves the run's gate by clicking, and sees the run finish.
+// without a reload, approves the run's gate by clicking, and sees the run finish;
+// reruns it from its last step, and pauses, resumes and cancels another run with the
+// buttons on its timeline.
 // Any failed check exits non-zero with a message.
 import { chromium } from "playwright-core";
 
@@ -88,6 +90,33 @@ await step("the timeline shows the steps after the gate", async () => {
   await page.waitForSelector("#timeline-gates .s-APPROVED", { timeout: 10000 });
 });
 await page.screenshot({ path: `${shots}/run-finished.png`, fullPage: true });
+
+// Rerun from the step after the gate: a new run that does not ask again opens.
+await page.click(`#timeline-rows tr[data-step="ship"] button.rerun`);
+await step("the rerun opens and succeeds without asking", async () => {
+  await page.waitForFunction((old) => {
+    const code = document.querySelector("#timeline-title code");
+    return code && code.textContent !== old;
+  }, run.run_id, { timeout: 10000 });
+  await page.waitForSelector("#timeline-title .s-SUCCEEDED", { timeout: 20000 });
+  await page.waitForSelector(`#timeline-lineage:has-text("rerun of ${run.run_id} from step ship")`, { timeout: 10000 });
+  await page.waitForSelector(`#timeline-lineage:has-text("kept from it: approve, build")`, { timeout: 10000 });
+});
+await page.screenshot({ path: `${shots}/rerun.png`, fullPage: true });
+
+// A second run, paused, resumed and cancelled with the buttons on its timeline.
+const second = await api("POST", "/api/v1/runs", { workflow: "browser-release", inputs: { version: "2.5.0" } });
+const row2 = `tr[data-run="${second.run_id}"]`;
+await step("the second run waits at its gate", () => page.waitForSelector(`${row2} .s-WAITING`, { timeout: 20000 }));
+await page.click(row2);
+await page.click("#run-pause");
+await step("the pause button pauses it", () => page.waitForSelector(`${row2} .s-PAUSED`, { timeout: 10000 }));
+await page.screenshot({ path: `${shots}/paused.png`, fullPage: true });
+await page.click("#run-resume");
+await step("the resume button resumes it", () => page.waitForSelector(`${row2} .s-WAITING`, { timeout: 10000 }));
+page.once("dialog", (dialog) => dialog.accept());
+await page.click("#run-cancel");
+await step("the cancel button cancels it", () => page.waitForSelector(`${row2} .s-CANCELLED`, { timeout: 10000 }));
 
 await page.click("#tabs button[data-tab=analytics]");
 await step("analytics draws a chart", () => page.waitForSelector(".stat:has-text('browser-release') svg.chart rect", { timeout: 10000 }));

@@ -127,10 +127,39 @@ async function loadTimeline() {
   $("timeline").hidden = false;
   $("timeline-title").innerHTML = `${esc(t.run.workflow)} <code>${esc(t.run.run_id)}</code> ${status(t.run.status)}`;
   drawTimeline(t);
+  // The run as the log folds it: where it came from, what was made from it, what it kept.
+  const live = await api(`/api/v1/runs/${encodeURIComponent(openRun)}`).catch(() => null);
+  const lineage = [];
+  if (live && live.origin) {
+    lineage.push(`${esc(live.origin.kind)} of <code>${esc(live.origin.run_id)}</code> from step ${esc(live.origin.from_step)}`);
+    const kept = Object.entries(live.steps || {}).filter(([, s]) => s.carried_from).map(([id]) => esc(id));
+    if (kept.length) lineage.push(`kept from it: ${kept.join(", ")}`);
+  }
+  for (const d of (live && live.derived) || []) {
+    lineage.push(`${esc(d.kind)} <code>${esc(d.run_id)}</code> made from step ${esc(d.from_step)}`);
+  }
+  $("timeline-lineage").hidden = lineage.length === 0;
+  $("timeline-lineage").innerHTML = lineage.join(" · ");
+  const finished = ["SUCCEEDED", "FAILED", "CANCELLED"].includes(t.run.status);
   $("timeline-rows").innerHTML = t.steps.map((s) => `
-    <tr><td>${esc(s.step_id)}</td><td>${s.attempt}</td><td>${status(s.outcome || "RUNNING")}</td>
+    <tr data-step="${esc(s.step_id)}"><td>${esc(s.step_id)}</td><td>${s.attempt}</td><td>${status(s.outcome || "RUNNING")}</td>
     <td>${ms(s.duration_ms)}</td><td>${esc(s.error_class ? s.error_class + ": " + (s.error || "") : "")}</td>
-    <td><code>${esc(s.output_summary || "")}</code></td></tr>`).join("");
+    <td><code>${esc(s.output_summary || "")}</code></td>
+    <td>${finished ? `<button class="rerun">Rerun from here</button><button class="fork">Fork…</button>` : ""}</td></tr>`).join("");
+  for (const row of document.querySelectorAll("#timeline-rows tr[data-step]")) {
+    const step = row.dataset.step;
+    row.querySelector(".rerun")?.addEventListener("click", () => rerun(t.run.run_id, step, null));
+    row.querySelector(".fork")?.addEventListener("click", () => {
+      const changed = prompt(`Fork from ${step}: the inputs to change, as JSON`, "{}");
+      if (changed === null) return;
+      try { rerun(t.run.run_id, step, JSON.parse(changed)); }
+      catch (e) { showActionError(`not JSON: ${e.message}`); }
+    });
+  }
+  const active = ["RUNNING", "WAITING"].includes(t.run.status);
+  $("run-pause").hidden = !active;
+  $("run-resume").hidden = t.run.status !== "PAUSED";
+  $("run-cancel").hidden = finished;
   $("timeline-gates").innerHTML = t.gates.map((g) => `
     <p>gate <b>${esc(g.step_id)}</b>: ${esc(g.message)} —
     ${g.decision ? `${status(g.decision)} by ${esc(g.decided_by || "")} ${esc(when(g.decided_at))}${g.comment ? ": " + esc(g.comment) : ""}` : status("WAITING")}</p>`).join("");
@@ -185,6 +214,48 @@ async function loadInbox() {
     });
   }
 }
+
+// ---- acting on a run: pause, resume, cancel, rerun from a step, fork -------------------------
+
+function showActionError(message) {
+  $("run-action-error").hidden = !message;
+  $("run-action-error").textContent = message || "";
+}
+
+async function control(how) {
+  if (!openRun) return;
+  if (how === "cancel" && !confirm("Cancel this run?")) return;
+  try {
+    await api(`/api/v1/runs/${encodeURIComponent(openRun)}/${how}`, {
+      method: "POST", headers: { "content-type": "application/json" }, body: "{}",
+    });
+    showActionError("");
+  } catch (e) {
+    showActionError(`Could not ${how} the run: ${e.message}`);
+    return;
+  }
+  await loadRuns().catch(() => {});
+}
+
+async function rerun(run, step, inputs) {
+  try {
+    const body = inputs ? { from_step: step, inputs } : { from_step: step };
+    const started = await api(`/api/v1/runs/${encodeURIComponent(run)}/rerun`, {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+    });
+    showActionError("");
+    openRun = started.run_id;
+  } catch (e) {
+    showActionError(`Could not rerun from ${step}: ${e.message}`);
+    return;
+  }
+  // The new run reaches the views a moment later; the live stream redraws them too.
+  await loadRuns().catch(() => {});
+}
+
+$("run-pause").addEventListener("click", () => control("pause"));
+$("run-resume").addEventListener("click", () => control("resume"));
+$("run-cancel").addEventListener("click", () => control("cancel"));
 
 async function decide(gate, how, body) {
   try {

@@ -67,6 +67,12 @@ pub struct RunView {
     /// Who paused the run and why, while it is paused.
     #[serde(default)]
     pub paused: Option<PauseView>,
+    /// The run this one reruns or forks, and the step it started again at.
+    #[serde(default)]
+    pub origin: Option<OriginView>,
+    /// Reruns and forks made from this run.
+    #[serde(default)]
+    pub derived: Vec<OriginView>,
     pub steps: BTreeMap<String, StepView>,
     pub open_gates: Vec<GateView>,
     pub cost_usd: f64,
@@ -75,6 +81,15 @@ pub struct RunView {
     pub outputs: Option<Value>,
     pub failure: Option<String>,
     pub version_in_log: i64,
+}
+
+/// One end of a rerun or fork: the other run, the step, and how.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct OriginView {
+    pub run_id: Uuid,
+    pub from_step: String,
+    /// `rerun` or `fork`.
+    pub kind: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -90,6 +105,9 @@ pub struct StepView {
     pub phase: String,
     pub attempt: u32,
     pub output: Option<Value>,
+    /// The run this step was kept from (a rerun's or fork's steps before its start).
+    #[serde(default)]
+    pub carried_from: Option<Uuid>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -138,6 +156,20 @@ impl RunView {
                 .status()
                 .map(|s| s.as_str().to_string())
                 .unwrap_or_default(),
+            origin: run.origin().map(|o| OriginView {
+                run_id: o.run_id.as_uuid(),
+                from_step: o.from_step.to_string(),
+                kind: o.kind.as_str().to_string(),
+            }),
+            derived: run
+                .derived()
+                .iter()
+                .map(|d| OriginView {
+                    run_id: d.run_id.as_uuid(),
+                    from_step: d.from_step.to_string(),
+                    kind: d.kind.as_str().to_string(),
+                })
+                .collect(),
             paused: run.paused().map(|p| PauseView {
                 by: p.by.clone(),
                 reason: p.reason.clone(),
@@ -153,6 +185,7 @@ impl RunView {
                             phase: s.phase().as_str().to_string(),
                             attempt: s.attempt(),
                             output: run.succeeded_output(id).cloned(),
+                            carried_from: run.carried_from(id).map(|r| r.as_uuid()),
                         },
                     )
                 })
