@@ -18,7 +18,8 @@
 //!   [`definitions`] (workflow files registered in the log); [`auth`] (tokens and
 //!   roles); [`projections`] (read models and every query of them);
 //! - services, which every interface calls: [`board`] (agents pull tasks), [`runs`]
-//!   (start, read, decide gates, cancel, replay);
+//!   (start, read, decide gates, pause, cancel, rerun, replay), [`bulk`] (one action
+//!   over many runs, resumable);
 //! - carrying runs out: [`executor`] (stateless workers: claim, decide, commit,
 //!   perform) and [`runners`] (one attempt of a step: shell, http, database, notify,
 //!   built-in tools);
@@ -33,6 +34,7 @@
 
 pub mod auth;
 pub mod board;
+pub mod bulk;
 pub mod check;
 pub mod cli;
 pub mod clock;

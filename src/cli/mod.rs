@@ -6,6 +6,7 @@
 
 mod answer;
 mod approve;
+mod bulk;
 mod cancel;
 mod check;
 mod client;
@@ -78,6 +79,9 @@ enum Command {
     /// Start a finished run again from a step (keeping the steps before it), or fork it
     /// there with changed inputs (`--var`).
     Rerun(rerun::RerunArgs),
+    /// One action over every run a filter selects (cancel, pause, resume, retry), in
+    /// recorded batches; `--dry-run` says how many it would touch.
+    Bulk(bulk::BulkArgs),
     /// Pause a run: no step starts until it is resumed (steps in flight finish).
     Pause(pause::PauseArgs),
     /// Resume a paused run.
@@ -176,6 +180,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reject(args) => reject::reject(open(&location, true).await?, args).await,
         Command::Cancel(args) => cancel::cancel(open(&location, true).await?, args).await,
         Command::Pause(args) => pause::pause(open(&location, true).await?, args).await,
+        Command::Bulk(args) => bulk::bulk(open(&location, true).await?, args).await,
         Command::Rerun(args) => rerun::rerun(open_for_work(&location).await?, args).await,
         Command::Workflows(args) => workflows::workflows(open(&location, true).await?, args).await,
         Command::Resume(args) => resume::resume(open(&location, true).await?, args).await,

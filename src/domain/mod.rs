@@ -20,6 +20,7 @@
 //! | `agent`    | [`agent::Agent`]                   | one agent: capabilities, workspace        |
 
 pub mod agent;
+pub mod bulk;
 pub mod ids;
 pub mod run;
 pub mod task;

@@ -16,10 +16,18 @@ pub enum StreamType {
     Run,
     Task,
     Agent,
+    /// A bulk action over many runs.
+    Bulk,
 }
 
 impl StreamType {
-    pub const ALL: [StreamType; 4] = [Self::Workflow, Self::Run, Self::Task, Self::Agent];
+    pub const ALL: [StreamType; 5] = [
+        Self::Workflow,
+        Self::Run,
+        Self::Task,
+        Self::Agent,
+        Self::Bulk,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -27,6 +35,7 @@ impl StreamType {
             Self::Run => "run",
             Self::Task => "task",
             Self::Agent => "agent",
+            Self::Bulk => "bulk",
         }
     }
 }
@@ -278,7 +287,7 @@ mod tests {
         }
         assert_eq!(
             "job".parse::<StreamType>().unwrap_err().to_string(),
-            "unknown stream type \"job\" (expected one of: workflow, run, task, agent)"
+            "unknown stream type \"job\" (expected one of: workflow, run, task, agent, bulk)"
         );
     }
 

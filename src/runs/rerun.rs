@@ -180,3 +180,37 @@ fn carry(
         at,
     }))
 }
+
+impl Runs {
+    /// Rerun a failed (or cancelled) run from the top-level step it stopped at: the
+    /// first one that did not succeed or get skipped.
+    pub async fn retry(&self, origin: RunId, by: &str) -> Result<Started, RunsError> {
+        let logged = self.store.read_stream(&run_stream(origin)).await?;
+        let (recorded, _) = domain_io::fold::<Run>(&logged)?;
+        if recorded.status().is_none() {
+            return Err(RunsError::RunNotFound(origin));
+        }
+        let name = recorded
+            .workflow()
+            .map(|w| w.to_string())
+            .unwrap_or_default();
+        let workflow = self
+            .definitions
+            .get(&self.store, &name, recorded.workflow_version())
+            .await?;
+        let stopped = workflow.steps.iter().find(|s| {
+            !matches!(
+                StepId::try_from(s.id())
+                    .ok()
+                    .and_then(|id| recorded.step(&id).cloned()),
+                Some(StepState::Succeeded { .. } | StepState::Skipped { .. })
+            )
+        });
+        let Some(step) = stopped else {
+            return Err(RunsError::Invalid(format!(
+                "run {origin}: every step succeeded, nothing to retry"
+            )));
+        };
+        self.rerun(origin, step.id(), None, by).await
+    }
+}

@@ -59,6 +59,7 @@ use routes::{Handler, routes};
 pub struct AppState {
     pub board: Board,
     pub runs: Runs,
+    pub bulk: crate::bulk::BulkActions,
     pub auth_on: bool,
     /// The OpenAPI document of the route table.
     pub openapi: Arc<serde_json::Value>,
@@ -197,6 +198,7 @@ pub async fn start(
     let state = AppState {
         board: board.clone(),
         runs: Runs::new(store.clone(), clock.clone()),
+        bulk: crate::bulk::BulkActions::new(store.clone(), clock.clone()),
         auth_on,
         openapi: Arc::new(openapi::document(&routes())),
         ready_max_lag: config.ready_max_lag,
@@ -232,6 +234,11 @@ pub async fn start(
             }
         })
     };
+    // Bulk actions a stopped process left unfinished are carried on.
+    {
+        let bulk = crate::bulk::BulkActions::new(store.clone(), clock.clone());
+        tokio::spawn(async move { bulk.carry_on_unfinished(200).await });
+    }
     let worker = config.worker.clone().map(|wc| {
         let worker = Worker::new(store.clone(), runners, wc, clock.clone());
         let stop = stop_rx.clone();

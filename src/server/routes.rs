@@ -116,6 +116,8 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(POST "/api/v1/runs/{run_id}/pause", Operate, "runs", "Pause a run: no step starts until it is resumed; steps in flight finish.", runs::pause, req: Some(s::<RunActionRequest>), res: Some(s::<RunView>), 200),
         route!(POST "/api/v1/runs/{run_id}/resume", Operate, "runs", "Resume a paused run.", runs::resume, req: Some(s::<RunActionRequest>), res: Some(s::<RunView>), 200),
         route!(POST "/api/v1/runs/{run_id}/rerun", Operate, "runs", "Start a finished run again from a top-level step, keeping the outputs of the steps before it; with inputs, a fork.", runs::rerun, req: Some(s::<RerunRequest>), res: Some(s::<StartedRun>), 201),
+        route!(POST "/api/v1/bulk", Operate, "runs", "One action (cancel, pause, resume, retry) over every run a filter selects; dry_run says how many. Carried out in the background, resumable.", runs::bulk, req: Some(s::<BulkRequest>), res: Some(s::<BulkView>), 202),
+        route!(GET "/api/v1/bulk/{bulk_id}", Read, "runs", "Where a bulk action is.", runs::bulk_status, req: None, res: Some(s::<BulkView>), 200),
         route!(POST "/api/v1/runs/{run_id}/cancel", Operate, "runs", "Cancel a run (its parent, if any, sees it).", runs::cancel, req: Some(s::<RunActionRequest>), res: Some(s::<RunView>), 200),
         route!(POST "/api/v1/gates/{gate_id}/approve", Operate, "runs", "Approve a gate: the run goes on.", runs::approve_gate, req: Some(s::<GateDecisionRequest>), res: Some(s::<RunView>), 200),
         route!(POST "/api/v1/gates/{gate_id}/reject", Operate, "runs", "Reject a gate (a comment is required): its on_reject applies.", runs::reject_gate, req: Some(s::<GateDecisionRequest>), res: Some(s::<RunView>), 200),

@@ -3,7 +3,8 @@
 //! in flight finishes), resuming (the run goes on where it was), cancelling a paused
 //! run, and the refusals that say what state the run is in; workflow versions (a run
 //! finishes on the version it started with, `awl workflows list|show|diff|retire`);
-//! reruns from a step and forks, with their side effects counted.
+//! reruns from a step and forks, with their side effects counted; a bulk cancel over a
+//! filter, its process killed mid-way and carried on.
 
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ on_both_stores!(worker_threads = 2;
     runs_are_paused_resumed_and_cancelled_over_http,
     a_run_finishes_on_its_version_and_a_retired_version_takes_no_new_runs,
     a_rerun_from_a_step_keeps_the_steps_before_it_and_a_fork_changes_inputs,
+    a_bulk_cancel_counts_first_survives_a_crash_and_acts_once,
 );
 
 const LIMIT: u64 = 60;
@@ -315,6 +317,75 @@ async fn runs_are_paused_resumed_and_cancelled_over_http(backend: Backend) {
             .unwrap_or_default()
             .contains("not needed")
     );
+    // A bulk pause over HTTP: a viewer may not; a dry run counts; the real one is
+    // carried out in the background and followed to its end.
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let started = api
+            .ok(
+                &tk.operator,
+                Method::POST,
+                "/api/v1/runs",
+                json!({"workflow": "gated"}),
+            )
+            .await;
+        waiting.push(started["run_id"].as_str().expect("run id").to_string());
+    }
+    for run in &waiting {
+        wait_for(LIMIT, "the run to wait at its gate", async || {
+            let view = api
+                .fetch(Some(&tk.viewer), &format!("/api/v1/runs/{run}"))
+                .await;
+            (view["status"] == "WAITING").then_some(())
+        })
+        .await;
+    }
+    let request = json!({"action": "pause", "workflow": "gated", "statuses": ["WAITING"]});
+    let (status, body) = api
+        .call(
+            Some(&tk.viewer),
+            Method::POST,
+            "/api/v1/bulk",
+            Some(request.clone()),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 403, "{body}");
+    let mut dry = request.clone();
+    dry["dry_run"] = json!(true);
+    let (status, counted) = api
+        .call(Some(&tk.operator), Method::POST, "/api/v1/bulk", Some(dry))
+        .await;
+    assert_eq!(status.as_u16(), 200, "{counted}");
+    assert_eq!(counted["total"], 3, "{counted}");
+    assert_eq!(counted["status"], "DRY_RUN");
+    let (status, planned) = api
+        .call(
+            Some(&tk.operator),
+            Method::POST,
+            "/api/v1/bulk",
+            Some(request),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 202, "{planned}");
+    let id = planned["bulk_id"].as_str().expect("a bulk id").to_string();
+    let finished = wait_for(LIMIT, "the bulk pause to finish", async || {
+        let view = api
+            .fetch(Some(&tk.viewer), &format!("/api/v1/bulk/{id}"))
+            .await;
+        (view["status"] == "COMPLETED").then_some(view)
+    })
+    .await;
+    assert_eq!(
+        (finished["total"].as_u64(), finished["acted"].as_u64()),
+        (Some(3), Some(3)),
+        "{finished}"
+    );
+    for run in &waiting {
+        let view = api
+            .get(Some(&tk.viewer), &format!("/api/v1/runs/{run}"))
+            .await;
+        assert_eq!(view["status"], "PAUSED", "{view}");
+    }
     server.shutdown().await.expect("stop");
 }
 
@@ -551,6 +622,146 @@ async fn a_rerun_from_a_step_keeps_the_steps_before_it_and_a_fork_changes_inputs
     for run in [&origin, &again, &forked] {
         awl.ok(&["replay", run]).await;
     }
+    let check = awl.ok(&["check"]).await;
+    assert!(check.contains("no problems"), "{check}");
+}
+
+const CUSTOMERS: &str = r#"
+name: per-customer
+version: "1.0.0"
+inputs:
+  customer: { type: string, required: true }
+steps:
+  - { id: wait, type: gate, message: "go?" }
+"#;
+
+async fn a_bulk_cancel_counts_first_survives_a_crash_and_acts_once(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("per-customer.awl.yaml");
+    std::fs::write(&file, CUSTOMERS).expect("write");
+    let registered = awl::definitions::register_file(&t.store, &file, "test", chrono::Utc::now())
+        .await
+        .expect("register");
+    let runs = awl::runs::Runs::new(t.store.clone(), awl::clock::system_clock());
+    let mut of_a = Vec::new();
+    for i in 0..200 {
+        let customer = if i % 2 == 0 { "acme" } else { "globex" };
+        let mut inputs = serde_json::Map::new();
+        inputs.insert("customer".into(), json!(customer));
+        let started = runs
+            .start_version(&registered, inputs, "test")
+            .await
+            .expect("start");
+        if customer == "acme" {
+            of_a.push(started.run_id.to_string());
+        }
+    }
+    let awl = Awl::bounded(&t.location, LIMIT);
+    // A dry run says how many, and touches none.
+    let dry = awl
+        .ok(&[
+            "bulk",
+            "cancel",
+            "--workflow",
+            "per-customer",
+            "--input",
+            "customer=acme",
+            "--dry-run",
+        ])
+        .await;
+    assert!(dry.contains("would cancel 100 runs"), "{dry}");
+    let events_before = awl.ok(&["events", "--json"]).await.lines().count();
+    assert_eq!(
+        awl.ok(&["events", "--json"]).await.lines().count(),
+        events_before
+    );
+
+    // The real one, in batches of 3, killed after its first recorded batch.
+    let log = dir.path().join("bulk.log");
+    let mut child = awl
+        .command(&[
+            "bulk",
+            "cancel",
+            "--workflow",
+            "per-customer",
+            "--input",
+            "customer=acme",
+            "--batch",
+            "3",
+            "--reason",
+            "customer left",
+            "--by",
+            "ops",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start awl bulk");
+    let bulk_id = poll(LIMIT, async || {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        let id = said
+            .lines()
+            .find_map(|l| l.strip_prefix("bulk ")?.split(':').next())?
+            .to_string();
+        said.contains(" done").then_some(id)
+    })
+    .await
+    .expect("the bulk action records a batch");
+    child.start_kill().expect("kill");
+    let _ = child.wait().await;
+    let shown: Value =
+        serde_json::from_str(&awl.ok(&["bulk", "show", &bulk_id, "--json"]).await).expect("JSON");
+    assert_eq!(shown["total"], 100, "{shown}");
+    let through = shown["through"].as_u64().expect("through");
+    assert!(through > 0 && through < 100, "killed mid-way: {shown}");
+    assert_eq!(shown["status"], "RUNNING");
+
+    // `awl serve`, starting, carries it on from its last batch to the end; `awl bulk
+    // continue` then has nothing left to do.
+    let server = crate::support::server::serve(&t.store).await;
+    poll(LIMIT, async || {
+        let shown = awl.ok(&["bulk", "show", &bulk_id, "--json"]).await;
+        shown.contains("\"COMPLETED\"").then_some(())
+    })
+    .await
+    .expect("the server carries the bulk action on");
+    server.shutdown().await.expect("stop");
+    let done = awl.ok(&["bulk", "continue", &bulk_id]).await;
+    assert!(done.contains("100 of 100 runs"), "{done}");
+    let shown: Value =
+        serde_json::from_str(&awl.ok(&["bulk", "show", &bulk_id, "--json"]).await).expect("JSON");
+    assert_eq!(shown["status"], "COMPLETED", "{shown}");
+    let acted = shown["acted"].as_u64().unwrap_or(0);
+    let skipped = shown["skipped"].as_array().map_or(0, Vec::len) as u64;
+    assert_eq!(acted + skipped, 100, "{shown}");
+    // Every acme run is cancelled once, by ops with the reason; no globex run is.
+    for run in &of_a {
+        let events = awl.ok(&["events", "--json", "--stream", run]).await;
+        assert_eq!(
+            events.matches("run.cancelled").count(),
+            1,
+            "{run}: {events}"
+        );
+        assert!(events.contains("customer left") && events.contains("\"actor\":\"ops\""));
+    }
+    let cancelled = awl
+        .ok(&[
+            "list",
+            "--json",
+            "--workflow",
+            "per-customer",
+            "--status",
+            "CANCELLED",
+            "--limit",
+            "1000",
+        ])
+        .await;
+    assert_eq!(
+        cancelled.lines().count(),
+        100,
+        "only the acme runs are cancelled"
+    );
     let check = awl.ok(&["check"]).await;
     assert!(check.contains("no problems"), "{check}");
 }

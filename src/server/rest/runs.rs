@@ -11,7 +11,8 @@ use crate::server::AppState;
 use crate::server::caller::{gate_id, idempotency_header, run_id};
 use crate::server::extract::Body;
 use crate::server::wire::{
-    GateDecisionRequest, RerunRequest, RunActionRequest, RunView, StartRunRequest, StartedRun,
+    BulkRequest, BulkView, GateDecisionRequest, RerunRequest, RunActionRequest, RunView,
+    StartRunRequest, StartedRun,
 };
 
 use super::{Api, Who, created_or_found};
@@ -138,4 +139,72 @@ async fn decide(
     let decision = GateDecision::new(approve, comment)?;
     let (run, version) = app.runs.decide_gate(gate_id(gate)?, decision, by).await?;
     Ok(Json(RunView::of(&run, version)))
+}
+
+/// A bulk action over the runs a filter selects: a dry run answers how many (200);
+/// otherwise it is planned, carried out in the background, and answered at once (202)
+/// with its id, to follow with `GET /api/v1/bulk/{id}`.
+pub async fn bulk(
+    State(app): State<AppState>,
+    who: Who,
+    Body(req): Body<BulkRequest>,
+) -> Api<Response> {
+    use crate::domain::bulk::{BulkAction, BulkFilter};
+    use axum::response::IntoResponse;
+    let action = match req.action.as_str() {
+        "cancel" => BulkAction::Cancel,
+        "pause" => BulkAction::Pause,
+        "resume" => BulkAction::Resume,
+        "retry" => BulkAction::Retry,
+        other => {
+            return Err(crate::server::error::ApiError::invalid(format!(
+                "action {other:?}: expected cancel, pause, resume or retry"
+            )));
+        }
+    };
+    let filter = BulkFilter {
+        workflow: req.workflow,
+        statuses: req.statuses.iter().map(|s| s.to_uppercase()).collect(),
+        since: req.since,
+        until: req.until,
+        inputs: req.inputs.into_iter().collect(),
+    };
+    if req.dry_run {
+        let selected = app.bulk.select(&filter).await?;
+        let view = BulkView {
+            bulk_id: None,
+            action: action.as_str().to_string(),
+            status: "DRY_RUN".into(),
+            total: selected.len() as u64,
+            through: 0,
+            acted: 0,
+            skipped: 0,
+            runs: selected.iter().take(100).map(|r| r.as_uuid()).collect(),
+        };
+        return Ok(Json(view).into_response());
+    }
+    let reason = req
+        .reason
+        .unwrap_or_else(|| format!("bulk {} by {}", action.as_str(), who.name));
+    let planned = app.bulk.plan(action, filter, &reason, &who.name).await?;
+    let view = BulkView::of(&planned);
+    if let Some(id) = planned.id() {
+        let (bulk, by) = (app.bulk.clone(), who.name.clone());
+        tokio::spawn(async move {
+            if let Err(e) = bulk.carry_out(id, 200, &by, &|_| {}).await {
+                tracing::warn!(bulk = %id, error = %e, "a bulk action stopped; it is carried on at the next start");
+            }
+        });
+    }
+    Ok((axum::http::StatusCode::ACCEPTED, Json(view)).into_response())
+}
+
+pub async fn bulk_status(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Api<Json<BulkView>> {
+    let id: uuid::Uuid = id.parse().map_err(|_| {
+        crate::server::error::ApiError::invalid(format!("{id:?} is not a bulk action id"))
+    })?;
+    Ok(Json(BulkView::of(&app.bulk.get(id).await?)))
 }

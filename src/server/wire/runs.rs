@@ -210,3 +210,67 @@ impl RunView {
         }
     }
 }
+
+/// One action over every run a filter selects.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    /// `cancel`, `pause`, `resume` or `retry`.
+    pub action: String,
+    #[serde(default)]
+    pub workflow: Option<String>,
+    /// Upper-case run statuses; empty: any.
+    #[serde(default)]
+    pub statuses: Vec<String>,
+    #[serde(default)]
+    pub since: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub until: Option<DateTime<Utc>>,
+    /// Inputs that must have these values.
+    #[serde(default)]
+    pub inputs: serde_json::Map<String, Value>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Only say how many runs it would touch.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// A bulk action: what, over how many runs, how far it is.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BulkView {
+    /// Absent for a dry run.
+    pub bulk_id: Option<Uuid>,
+    pub action: String,
+    /// SELECTING, RUNNING, COMPLETED; DRY_RUN for a dry run.
+    pub status: String,
+    pub total: u64,
+    pub through: u64,
+    pub acted: u64,
+    pub skipped: u64,
+    /// For a dry run, the first runs it would touch (up to 100).
+    #[serde(default)]
+    pub runs: Vec<Uuid>,
+}
+
+impl BulkView {
+    pub fn of(bulk: &crate::domain::bulk::Bulk) -> Self {
+        BulkView {
+            bulk_id: bulk.id(),
+            action: bulk
+                .action()
+                .map(|a| a.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            status: bulk
+                .status()
+                .map(|s| format!("{s:?}").to_uppercase())
+                .unwrap_or_default(),
+            total: bulk.total(),
+            through: bulk.through(),
+            acted: bulk.acted(),
+            skipped: bulk.skipped().len() as u64,
+            runs: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Bulk actions over runs: select by a filter (workflow, status, start time, input
+//! values), say how many a dry run would touch, then act on each in batches, recording
+//! the selection and every batch in the action's own stream (`domain::bulk`), so a
+//! process that dies mid-way is carried on from its last batch by anyone (`awl bulk
+//! continue`). Each run's own command decides whether it can be acted on; one that
+//! cannot (it finished meanwhile, it is not paused) is skipped with the reason.
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::clock::Clock;
+use crate::domain::Decide;
+use crate::domain::bulk::{Bulk, BulkAction, BulkCommand, BulkError, BulkFilter, Skipped};
+use crate::domain::ids::RunId;
+use crate::log::{Metadata, StreamRef, StreamType};
+use crate::projections::queries::RunFilter;
+use crate::runs::{Runs, RunsError};
+use crate::store::command::{Command, CommandError};
+use crate::store::{EventStore, StoreError, domain_io};
+
+/// Run ids recorded per `bulk.selected` event.
+const SELECTED_PER_EVENT: usize = 1_000;
+
+/// Why a bulk action could not be planned or carried on (a run that cannot be acted
+/// on is not an error: it is skipped).
+#[derive(Debug, thiserror::Error)]
+pub enum BulkServiceError {
+    #[error("no bulk action {0}")]
+    NotFound(Uuid),
+    #[error(transparent)]
+    Refused(#[from] BulkError),
+    #[error("{0} kept changing; another process may be carrying it out")]
+    Busy(StreamRef),
+    #[error(transparent)]
+    Runs(#[from] RunsError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl crate::error::Classified for BulkServiceError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            Self::NotFound(_) => ErrorKind::NotFound,
+            Self::Refused(_) => ErrorKind::Conflict,
+            Self::Busy(_) => ErrorKind::Unavailable,
+            Self::Runs(e) => e.kind(),
+            Self::Store(e) => e.kind(),
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "bulk_not_found",
+            Self::Refused(_) => "illegal_transition",
+            Self::Busy(_) => "busy",
+            Self::Runs(e) => e.code(),
+            Self::Store(e) => e.code(),
+        }
+    }
+}
+
+impl From<CommandError<BulkError>> for BulkServiceError {
+    fn from(e: CommandError<BulkError>) -> Self {
+        match e {
+            CommandError::Rejected(e) => Self::Refused(e),
+            CommandError::Store(e) => Self::Store(e),
+            CommandError::Busy(stream) => Self::Busy(stream),
+        }
+    }
+}
+
+/// The bulk-action service. Cheap to clone.
+#[derive(Clone)]
+pub struct BulkActions {
+    store: EventStore,
+    runs: Runs,
+    clock: Clock,
+}
+
+fn stream(id: Uuid) -> StreamRef {
+    StreamRef::new(StreamType::Bulk, id.to_string())
+}
+
+impl BulkActions {
+    pub fn new(store: EventStore, clock: Clock) -> Self {
+        Self {
+            runs: Runs::new(store.clone(), Arc::clone(&clock)),
+            store,
+            clock,
+        }
+    }
+
+    /// The runs `filter` selects now, newest first (what a dry run reports).
+    pub async fn select(&self, filter: &BulkFilter) -> Result<Vec<RunId>, BulkServiceError> {
+        let query = RunFilter {
+            statuses: filter.statuses.clone(),
+            workflow: filter.workflow.clone(),
+            since: filter.since,
+            until: filter.until,
+            after: None,
+            limit: 100_000,
+        };
+        let runs = self.runs.list(&query).await?;
+        Ok(runs
+            .into_iter()
+            .filter(|run| {
+                filter
+                    .inputs
+                    .iter()
+                    .all(|(name, wanted)| run.inputs().get(name) == Some(wanted))
+            })
+            .filter_map(|run| run.id())
+            .collect())
+    }
+
+    /// Plan `action` over what `filter` selects, recording the selection.
+    pub async fn plan(
+        &self,
+        action: BulkAction,
+        filter: BulkFilter,
+        reason: &str,
+        by: &str,
+    ) -> Result<Bulk, BulkServiceError> {
+        let selected = self.select(&filter).await?;
+        let bulk_id = Uuid::now_v7();
+        let now = (self.clock)();
+        let plan = BulkCommand::Plan {
+            bulk_id,
+            action,
+            filter,
+            reason: reason.to_string(),
+            total: selected.len() as u64,
+            by: by.to_string(),
+            at: now,
+        };
+        let done = Command::new(&self.store, &stream(bulk_id), Metadata::actor(by))
+            .run(|state: &Bulk| {
+                let mut scratch = state.clone();
+                let mut events = Vec::new();
+                let mut next = |command: BulkCommand| -> Result<(), BulkError> {
+                    for e in scratch.decide(command)? {
+                        cqrs_es::Aggregate::apply(&mut scratch, e.clone());
+                        events.push(e);
+                    }
+                    Ok(())
+                };
+                next(plan.clone())?;
+                for chunk in selected.chunks(SELECTED_PER_EVENT) {
+                    next(BulkCommand::Select {
+                        runs: chunk.to_vec(),
+                        at: now,
+                    })?;
+                }
+                Ok(events)
+            })
+            .await?;
+        Ok(done.state)
+    }
+
+    /// Bulk actions in the log that were not carried to their end (a process stopped
+    /// mid-way): `awl serve` carries them on when it starts.
+    pub async fn unfinished(&self) -> Result<Vec<Uuid>, BulkServiceError> {
+        let filter = crate::log::EventFilter {
+            stream_types: vec![StreamType::Bulk],
+            event_types: vec!["bulk.planned".into()],
+            ..crate::log::EventFilter::default()
+        };
+        let mut ids = Vec::new();
+        let mut after = 0;
+        loop {
+            let (events, next) = self.store.read_page(after, 1_000, &filter).await?;
+            ids.extend(
+                events
+                    .iter()
+                    .filter_map(|e| e.stream.id.parse::<Uuid>().ok()),
+            );
+            if next <= after {
+                break;
+            }
+            after = next;
+        }
+        let mut open = Vec::new();
+        for id in ids {
+            if self.get(id).await?.status() != Some(crate::domain::bulk::BulkStatus::Completed) {
+                open.push(id);
+            }
+        }
+        Ok(open)
+    }
+
+    /// Carry on every unfinished bulk action, one after another, on behalf of whoever
+    /// planned each.
+    pub async fn carry_on_unfinished(&self, batch: usize) {
+        let open = match self.unfinished().await {
+            Ok(open) => open,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look for unfinished bulk actions");
+                return;
+            }
+        };
+        for id in open {
+            let by = match self.get(id).await {
+                Ok(bulk) => bulk.by().to_string(),
+                Err(_) => continue,
+            };
+            tracing::info!(bulk = %id, "carrying on a bulk action");
+            if let Err(e) = self.carry_out(id, batch, &by, &|_| {}).await {
+                tracing::warn!(bulk = %id, error = %e, "a bulk action stopped; `awl bulk continue` carries it on");
+            }
+        }
+    }
+
+    /// A bulk action as its stream stands.
+    pub async fn get(&self, bulk_id: Uuid) -> Result<Bulk, BulkServiceError> {
+        let (bulk, version) = domain_io::load::<Bulk>(&self.store, &stream(bulk_id)).await?;
+        if version == 0 {
+            return Err(BulkServiceError::NotFound(bulk_id));
+        }
+        Ok(bulk)
+    }
+
+    /// Carry a bulk action out from where its stream stands, `batch` runs per recorded
+    /// batch, calling `progress` after each; returns it completed.
+    pub async fn carry_out(
+        &self,
+        bulk_id: Uuid,
+        batch: usize,
+        by: &str,
+        progress: &(dyn Fn(&Bulk) + Sync),
+    ) -> Result<Bulk, BulkServiceError> {
+        let mut bulk = self.get(bulk_id).await?;
+        let action = bulk.action().ok_or(BulkServiceError::NotFound(bulk_id))?;
+        let reason = bulk.reason().to_string();
+        loop {
+            let todo: Vec<RunId> = bulk
+                .remaining()
+                .iter()
+                .take(batch.max(1))
+                .copied()
+                .collect();
+            let now = (self.clock)();
+            let command = if todo.is_empty() {
+                if bulk.status() == Some(crate::domain::bulk::BulkStatus::Completed) {
+                    return Ok(bulk);
+                }
+                BulkCommand::Complete { at: now }
+            } else {
+                let (mut acted, mut skipped) = (0, Vec::new());
+                for run in &todo {
+                    match self.act(action, *run, &reason, by).await {
+                        Ok(()) => acted += 1,
+                        Err(RunsError::Store(e)) => return Err(e.into()),
+                        Err(e @ RunsError::Busy(_)) => return Err(e.into()),
+                        Err(e) => skipped.push(Skipped {
+                            run_id: *run,
+                            reason: e.to_string(),
+                        }),
+                    }
+                }
+                BulkCommand::Progress {
+                    through: bulk.through() + todo.len() as u64,
+                    acted,
+                    skipped,
+                    at: now,
+                }
+            };
+            let done = Command::new(&self.store, &stream(bulk_id), Metadata::actor(by))
+                .run(|state: &Bulk| state.decide(command.clone()))
+                .await?;
+            bulk = done.state;
+            progress(&bulk);
+        }
+    }
+
+    async fn act(
+        &self,
+        action: BulkAction,
+        run: RunId,
+        reason: &str,
+        by: &str,
+    ) -> Result<(), RunsError> {
+        match action {
+            BulkAction::Cancel => self.runs.cancel(run, by, reason).await.map(|_| ()),
+            BulkAction::Pause => self.runs.pause(run, by, reason).await.map(|_| ()),
+            BulkAction::Resume => self.runs.resume(run, by).await.map(|_| ()),
+            BulkAction::Retry => self.runs.retry(run, by).await.map(|_| ()),
+        }
+    }
+}
