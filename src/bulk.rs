@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use futures_util::StreamExt;
 use uuid::Uuid;
 
 use crate::clock::Clock;
@@ -21,6 +22,9 @@ use crate::store::{EventStore, StoreError, domain_io};
 
 /// Run ids recorded per `bulk.selected` event.
 const SELECTED_PER_EVENT: usize = 1_000;
+
+/// Runs of one batch acted on at the same time.
+const CONCURRENT_RUNS: usize = 16;
 
 /// Why a bulk action could not be planned or carried on (a run that cannot be acted
 /// on is not an error: it is skipped).
@@ -248,8 +252,20 @@ impl BulkActions {
                 BulkCommand::Complete { at: now }
             } else {
                 let (mut acted, mut skipped) = (0, Vec::new());
-                for run in &todo {
-                    match self.act(action, *run, &reason, by).await {
+                // The runs of a batch are acted on a few at a time (each is its own
+                // stream and command); results are read back in order.
+                let results: Vec<(RunId, Result<(), RunsError>)> =
+                    futures_util::stream::iter(todo.iter().copied())
+                        .map(|run| {
+                            let reason = reason.as_str();
+                            async move { (run, self.act(action, run, reason, by).await) }
+                        })
+                        .buffered(CONCURRENT_RUNS)
+                        .collect()
+                        .await;
+                for (run, result) in results {
+                    let run = &run;
+                    match result {
                         Ok(()) => acted += 1,
                         Err(RunsError::Store(e)) => return Err(e.into()),
                         Err(e @ RunsError::Busy(_)) => return Err(e.into()),
