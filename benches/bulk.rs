@@ -22,7 +22,8 @@ use serde_json::Map;
 
 mod support;
 
-const WORKFLOW: &str = "name: held\nversion: \"1.0.0\"\nsteps:\n  - {id: wait, type: gate, message: \"go?\"}\n";
+const WORKFLOW: &str =
+    "name: held\nversion: \"1.0.0\"\nsteps:\n  - {id: wait, type: gate, message: \"go?\"}\n";
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {

@@ -386,6 +386,40 @@ async fn runs_are_paused_resumed_and_cancelled_over_http(backend: Backend) {
             .await;
         assert_eq!(view["status"], "PAUSED", "{view}");
     }
+    // The same over MCP: a bulk dry run, and a rerun of the first run.
+    let counted = mcp_call(
+        &api,
+        &tk.operator,
+        20,
+        "bulk_action",
+        json!({"action": "resume", "workflow": "gated", "statuses": ["PAUSED"], "dry_run": true}),
+    )
+    .await;
+    assert!(
+        counted.contains("DRY_RUN") && counted.contains("\"total\":3"),
+        "{counted}"
+    );
+    let rerun = mcp_call(
+        &api,
+        &tk.operator,
+        21,
+        "rerun_run",
+        json!({"run_id": run, "from_step": "then"}),
+    )
+    .await;
+    assert!(
+        rerun.contains("run_id") && !rerun.contains(&format!("\"run_id\":\"{run}\"")),
+        "{rerun}"
+    );
+    let refused = mcp_call(
+        &api,
+        &tk.viewer,
+        22,
+        "rerun_run",
+        json!({"run_id": run, "from_step": "then"}),
+    )
+    .await;
+    assert!(refused.contains("may not call rerun_run"), "{refused}");
     server.shutdown().await.expect("stop");
 }
 
@@ -764,4 +798,22 @@ async fn a_bulk_cancel_counts_first_survives_a_crash_and_acts_once(backend: Back
     );
     let check = awl.ok(&["check"]).await;
     assert!(check.contains("no problems"), "{check}");
+}
+
+/// One MCP tool call in a session of its own, over raw HTTP: the answer's text.
+async fn mcp_call(api: &Api, token: &str, id: u64, tool: &str, args: Value) -> String {
+    let mcp = format!("{}/mcp", api.base);
+    let session = crate::mcp::open_session(&api.http, &mcp, token).await;
+    api.http
+        .post(&mcp)
+        .bearer_auth(token)
+        .header(reqwest::header::ACCEPT, crate::mcp::BOTH)
+        .header("mcp-session-id", &session)
+        .json(&crate::mcp::call(id, tool, args))
+        .send()
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("a body")
 }

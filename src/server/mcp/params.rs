@@ -154,6 +154,37 @@ pub struct RunParams {
     pub run_id: String,
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RerunParams {
+    pub run_id: String,
+    /// The top-level step to start again at; the steps before it keep their outputs.
+    pub from_step: String,
+    /// Inputs to change (a fork); absent: the origin's inputs (a rerun).
+    #[serde(default)]
+    pub inputs: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkParams {
+    /// `cancel`, `pause`, `resume` or `retry`.
+    pub action: String,
+    #[serde(default)]
+    pub workflow: Option<String>,
+    /// Upper-case run statuses; empty: any.
+    #[serde(default)]
+    pub statuses: Vec<String>,
+    /// Inputs that must have these values.
+    #[serde(default)]
+    pub inputs: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Only say how many runs it would touch.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
 /// What an operator does to a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]

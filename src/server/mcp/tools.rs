@@ -370,6 +370,83 @@ impl AwlMcp {
     }
 
     #[tool(
+        description = "Start a finished run again from one of its top-level steps: the steps before it keep their outputs. With inputs, a fork with those inputs changed. Returns the new run."
+    )]
+    async fn rerun_run(
+        &self,
+        Parameters(p): Parameters<RerunParams>,
+        ctx: Ctx,
+    ) -> Result<Json<StartedRun>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "rerun_run")?;
+        let started = self
+            .app
+            .runs
+            .rerun(run_id(&p.run_id)?, &p.from_step, p.inputs, &who.name)
+            .await?;
+        Ok(Json(StartedRun::from(&started)))
+    }
+
+    #[tool(
+        description = "One action (cancel, pause, resume, retry) over every run a filter selects. dry_run says how many it would touch; otherwise it is carried out in the background: returns its id and size."
+    )]
+    async fn bulk_action(
+        &self,
+        Parameters(p): Parameters<BulkParams>,
+        ctx: Ctx,
+    ) -> Result<Json<BulkView>, ToolError> {
+        use crate::domain::bulk::{BulkAction, BulkFilter};
+        let who = require(&ctx, Permission::Operate, "bulk_action")?;
+        let action = match p.action.as_str() {
+            "cancel" => BulkAction::Cancel,
+            "pause" => BulkAction::Pause,
+            "resume" => BulkAction::Resume,
+            "retry" => BulkAction::Retry,
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "action {other:?}: expected cancel, pause, resume or retry"
+                ))
+                .into());
+            }
+        };
+        let filter = BulkFilter {
+            workflow: p.workflow,
+            statuses: p.statuses.iter().map(|s| s.to_uppercase()).collect(),
+            inputs: p.inputs.into_iter().collect(),
+            ..BulkFilter::default()
+        };
+        if p.dry_run {
+            let selected = self.app.bulk.select(&filter).await?;
+            return Ok(Json(BulkView {
+                bulk_id: None,
+                action: action.as_str().to_string(),
+                status: "DRY_RUN".into(),
+                total: selected.len() as u64,
+                through: 0,
+                acted: 0,
+                skipped: 0,
+                runs: selected.iter().take(100).map(|r| r.as_uuid()).collect(),
+            }));
+        }
+        let reason = p
+            .reason
+            .unwrap_or_else(|| format!("bulk {} by {}", action.as_str(), who.name));
+        let planned = self
+            .app
+            .bulk
+            .plan(action, filter, &reason, &who.name)
+            .await?;
+        if let Some(id) = planned.id() {
+            let (bulk, by) = (self.app.bulk.clone(), who.name.clone());
+            tokio::spawn(async move {
+                if let Err(e) = bulk.carry_out(id, 200, &by, &|_| {}).await {
+                    tracing::warn!(bulk = %id, error = %e, "a bulk action stopped; it is carried on at the next start");
+                }
+            });
+        }
+        Ok(Json(BulkView::of(&planned)))
+    }
+
+    #[tool(
         description = "Decide a gate of a run: approve (the run goes on) or reject with a comment saying why (its on_reject applies). Returns the run."
     )]
     async fn approve_gate(
