@@ -48,7 +48,7 @@ impl fmt::Display for StreamType {
 
 /// A string that is not one of the stream types.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown stream type {0:?} (expected one of: workflow, run, task, agent)")]
+#[error("unknown stream type {0:?} (expected one of: {list})", list = StreamType::ALL.map(StreamType::as_str).join(", "))]
 pub struct UnknownStreamType(pub String);
 
 impl FromStr for StreamType {
