@@ -14,7 +14,7 @@ use super::time_arg::parse_time;
 
 #[derive(Debug, Args)]
 pub struct EventsArgs {
-    /// Only streams of this type (workflow, run, task, agent); repeatable.
+    /// Only streams of this type (workflow, run, task, agent, bulk); repeatable.
     #[arg(long = "stream-type", value_name = "TYPE")]
     stream_types: Vec<StreamType>,
     /// Only this stream id (a run id, a task id, an agent name, a workflow name).
