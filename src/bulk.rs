@@ -114,6 +114,8 @@ impl BulkActions {
                     .inputs
                     .iter()
                     .all(|(name, wanted)| run.inputs().get(name) == Some(wanted))
+                    && (filter.run_ids.is_empty()
+                        || run.id().is_some_and(|id| filter.run_ids.contains(&id)))
             })
             .filter_map(|run| run.id())
             .collect())

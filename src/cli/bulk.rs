@@ -102,6 +102,7 @@ impl Selection {
             since: time(&self.since)?,
             until: time(&self.until)?,
             inputs,
+            run_ids: Vec::new(),
         })
     }
 }

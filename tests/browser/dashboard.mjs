@@ -118,6 +118,24 @@ page.once("dialog", (dialog) => dialog.accept());
 await page.click("#run-cancel");
 await step("the cancel button cancels it", () => page.waitForSelector(`${row2} .s-CANCELLED`, { timeout: 10000 }));
 
+// Two more runs picked in the list and cancelled with one bulk action.
+const third = await api("POST", "/api/v1/runs", { workflow: "browser-release", inputs: { version: "2.6.0" } });
+const fourth = await api("POST", "/api/v1/runs", { workflow: "browser-release", inputs: { version: "2.7.0" } });
+for (const r of [third, fourth]) {
+  await step("a picked run waits at its gate", () => page.waitForSelector(`tr[data-run="${r.run_id}"] .s-WAITING`, { timeout: 20000 }));
+  await page.check(`tr[data-run="${r.run_id}"] input.pick`);
+}
+await step("the bulk bar counts the picked runs", () => page.waitForSelector("#bulk-count:has-text('2 runs selected')", { timeout: 5000 }));
+await page.selectOption("#bulk-action", "cancel");
+page.once("dialog", (dialog) => dialog.accept());
+await page.click("#bulk-apply");
+await step("the bulk action completes", () => page.waitForSelector("#bulk-status:has-text('2 of 2 done (2 acted on')", { timeout: 20000 }));
+for (const r of [third, fourth]) {
+  await step("a picked run is cancelled", () => page.waitForSelector(`tr[data-run="${r.run_id}"] .s-CANCELLED`, { timeout: 10000 }));
+}
+await step("the cancelled runs' gates leave the inbox", () => page.waitForSelector("#inbox-count", { state: "hidden", timeout: 10000 }));
+await page.screenshot({ path: `${shots}/bulk.png`, fullPage: true });
+
 await page.click("#tabs button[data-tab=analytics]");
 await step("analytics draws a chart", () => page.waitForSelector(".stat:has-text('browser-release') svg.chart rect", { timeout: 10000 }));
 await page.screenshot({ path: `${shots}/analytics.png`, fullPage: true });

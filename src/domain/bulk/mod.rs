@@ -60,6 +60,9 @@ pub struct BulkFilter {
     /// Inputs that must have these values (secret and personal inputs never match).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub inputs: BTreeMap<String, Value>,
+    /// Only these runs (as picked by hand, on the dashboard); empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub run_ids: Vec<RunId>,
 }
 
 /// A selected run that was not acted on, and why.

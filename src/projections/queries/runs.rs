@@ -202,6 +202,11 @@ pub struct InboxFilter {
 pub async fn inbox(store: &EventStore, f: &InboxFilter) -> Result<Vec<GateRow>, QueryError> {
     let mut w = Where::default();
     w.add("decision IS NULL", []);
+    // A run that ended (cancelled at its gate, failed elsewhere) asks nobody any more.
+    w.add(
+        "run_id NOT IN (SELECT run_id FROM runs WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))",
+        [],
+    );
     if let Some(workflow) = &f.workflow {
         w.add("workflow = ?", [Param::from(workflow.clone())]);
     }

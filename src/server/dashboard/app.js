@@ -108,6 +108,7 @@ async function loadRuns() {
   const page = await api("/api/v1/views/runs?limit=200" + (filter ? "&status=" + filter : ""));
   $("run-rows").innerHTML = page.rows.map((r) => `
     <tr class="click" data-run="${esc(r.run_id)}">
+      <td><input type="checkbox" class="pick" ${picked.has(r.run_id) ? "checked" : ""}></td>
       <td><code>${esc(r.run_id.slice(0, 8))}</code></td>
       <td>${esc(r.workflow)} <span class="meta">${esc(r.workflow_version)}</span></td>
       <td>${status(r.status)}</td>
@@ -117,8 +118,17 @@ async function loadRuns() {
       <td>${r.cost_usd ? "$" + r.cost_usd.toFixed(4) : ""}</td>
     </tr>`).join("") || `<tr><td colspan="7" class="empty">no runs yet</td></tr>`;
   for (const row of document.querySelectorAll("#run-rows tr.click")) {
-    row.addEventListener("click", () => { openRun = row.dataset.run; loadTimeline(); });
+    row.addEventListener("click", (event) => {
+      if (event.target.classList.contains("pick")) return;
+      openRun = row.dataset.run;
+      loadTimeline();
+    });
+    row.querySelector(".pick").addEventListener("change", (event) => {
+      if (event.target.checked) picked.add(row.dataset.run); else picked.delete(row.dataset.run);
+      showPicked();
+    });
   }
+  showPicked();
   if (openRun) await loadTimeline();
 }
 
@@ -214,6 +224,37 @@ async function loadInbox() {
     });
   }
 }
+
+// ---- many runs at once: pick them in the list, then one bulk action ---------------------------
+
+const picked = new Set();
+
+function showPicked() {
+  $("bulk-bar").hidden = picked.size === 0 && !$("bulk-status").textContent;
+  $("bulk-count").textContent = `${picked.size} run${picked.size === 1 ? "" : "s"} selected`;
+}
+
+$("bulk-apply").addEventListener("click", async () => {
+  const action = $("bulk-action").value;
+  if (!picked.size || !confirm(`${action} ${picked.size} runs?`)) return;
+  try {
+    const bulk = await api("/api/v1/bulk", {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ action, run_ids: [...picked] }),
+    });
+    picked.clear();
+    $("bulk-status").textContent = `bulk ${action} of ${bulk.total} runs started`;
+    for (let i = 0; i < 50; i++) {
+      const now = await api(`/api/v1/bulk/${encodeURIComponent(bulk.bulk_id)}`);
+      $("bulk-status").textContent = `bulk ${action}: ${now.through} of ${now.total} done (${now.acted} acted on, ${now.skipped} skipped)`;
+      if (now.status === "COMPLETED") break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  } catch (e) {
+    $("bulk-status").textContent = `Could not ${action} them: ${e.message}`;
+  }
+  await loadRuns().catch(() => {});
+});
 
 // ---- acting on a run: pause, resume, cancel, rerun from a step, fork -------------------------
 

@@ -168,6 +168,11 @@ pub async fn bulk(
         since: req.since,
         until: req.until,
         inputs: req.inputs.into_iter().collect(),
+        run_ids: req
+            .run_ids
+            .iter()
+            .map(|id| crate::domain::ids::RunId::from_uuid(*id))
+            .collect(),
     };
     if req.dry_run {
         let selected = app.bulk.select(&filter).await?;

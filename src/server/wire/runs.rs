@@ -229,6 +229,9 @@ pub struct BulkRequest {
     /// Inputs that must have these values.
     #[serde(default)]
     pub inputs: serde_json::Map<String, Value>,
+    /// Only these runs (picked by hand); empty: any the filter selects.
+    #[serde(default)]
+    pub run_ids: Vec<Uuid>,
     #[serde(default)]
     pub reason: Option<String>,
     /// Only say how many runs it would touch.
