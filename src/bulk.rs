@@ -2,8 +2,10 @@
 //! values), say how many a dry run would touch, then act on each in batches, recording
 //! the selection and every batch in the action's own stream (`domain::bulk`), so a
 //! process that dies mid-way is carried on from its last batch by anyone (`awl bulk
-//! continue`). Each run's own command decides whether it can be acted on; one that
-//! cannot (it finished meanwhile, it is not paused) is skipped with the reason.
+//! continue`). Each run's own aggregate decides whether it can be acted on; one that
+//! cannot (it finished meanwhile, it is not paused) is skipped with the reason. A
+//! batch of cancels, pauses or resumes is committed in one transaction (the executor's
+//! way with many runs); retries start new runs, one command each.
 
 use std::sync::Arc;
 
@@ -14,6 +16,7 @@ use crate::clock::Clock;
 use crate::domain::Decide;
 use crate::domain::bulk::{Bulk, BulkAction, BulkCommand, BulkError, BulkFilter, Skipped};
 use crate::domain::ids::RunId;
+use crate::domain::run::{Run, RunCommand};
 use crate::log::{Metadata, StreamRef, StreamType};
 use crate::projections::queries::RunFilter;
 use crate::runs::{Runs, RunsError};
@@ -85,6 +88,13 @@ pub struct BulkActions {
 
 fn stream(id: Uuid) -> StreamRef {
     StreamRef::new(StreamType::Bulk, id.to_string())
+}
+
+/// A run folded from its stream, with the stream's version.
+type Folded = Result<(Run, i64), StoreError>;
+
+fn run_stream(id: RunId) -> StreamRef {
+    StreamRef::new(StreamType::Run, id.to_string())
 }
 
 impl BulkActions {
@@ -254,17 +264,11 @@ impl BulkActions {
                 BulkCommand::Complete { at: now }
             } else {
                 let (mut acted, mut skipped) = (0, Vec::new());
-                // The runs of a batch are acted on a few at a time (each is its own
-                // stream and command); results are read back in order.
-                let results: Vec<(RunId, Result<(), RunsError>)> =
-                    futures_util::stream::iter(todo.iter().copied())
-                        .map(|run| {
-                            let reason = reason.as_str();
-                            async move { (run, self.act(action, run, reason, by).await) }
-                        })
-                        .buffered(CONCURRENT_RUNS)
-                        .collect()
-                        .await;
+                let results = if action == BulkAction::Retry {
+                    self.act_each(action, &todo, &reason, by).await
+                } else {
+                    self.act_in_one_commit(action, &todo, &reason, by).await?
+                };
                 for (run, result) in results {
                     let run = &run;
                     match result {
@@ -290,6 +294,120 @@ impl BulkActions {
             bulk = done.state;
             progress(&bulk);
         }
+    }
+
+    /// Act on each run with its own command, a few at a time; results in order.
+    async fn act_each(
+        &self,
+        action: BulkAction,
+        runs: &[RunId],
+        reason: &str,
+        by: &str,
+    ) -> Vec<(RunId, Result<(), RunsError>)> {
+        futures_util::stream::iter(runs.iter().copied())
+            .map(|run| async move { (run, self.act(action, run, reason, by).await) })
+            .buffered(CONCURRENT_RUNS)
+            .collect()
+            .await
+    }
+
+    /// Cancel, pause or resume a batch in one transaction, as the executor commits many
+    /// runs' decisions: each run read and decided by its own aggregate, all appended
+    /// (each at the version it was decided on) with their wake-ups in one commit. A
+    /// run written meanwhile (a worker's commit won) is acted on again with its own
+    /// command; one that refuses is skipped with its reason. Results in order.
+    async fn act_in_one_commit(
+        &self,
+        action: BulkAction,
+        runs: &[RunId],
+        reason: &str,
+        by: &str,
+    ) -> Result<Vec<(RunId, Result<(), RunsError>)>, BulkServiceError> {
+        let now = (self.clock)();
+        let folded: Vec<(RunId, Folded)> = futures_util::stream::iter(runs.iter().copied())
+            .map(|run| async move {
+                let events = self.store.read_stream(&run_stream(run)).await;
+                (run, events.and_then(|e| domain_io::fold::<Run>(&e)))
+            })
+            .buffered(CONCURRENT_RUNS)
+            .collect()
+            .await;
+        let actor = Metadata::actor(by);
+        let mut results: Vec<(RunId, Result<(), RunsError>)> = Vec::with_capacity(runs.len());
+        let mut requests = Vec::new();
+        // For each request: its result slot, the runs to wake, and the finished workflow.
+        let mut planned: Vec<(usize, Vec<String>, Option<String>)> = Vec::new();
+        for (run_id, folded) in folded {
+            let (run, version) = folded?;
+            if version == 0 {
+                results.push((run_id, Err(RunsError::RunNotFound(run_id))));
+                continue;
+            }
+            let command = match action {
+                BulkAction::Cancel => RunCommand::Cancel {
+                    by: by.to_string(),
+                    reason: reason.to_string(),
+                    at: now,
+                },
+                BulkAction::Pause => RunCommand::Pause {
+                    by: by.to_string(),
+                    reason: reason.to_string(),
+                    at: now,
+                },
+                BulkAction::Resume | BulkAction::Retry => RunCommand::Resume {
+                    by: by.to_string(),
+                    at: now,
+                },
+            };
+            match run.decide(command) {
+                Ok(events) => {
+                    requests.push(domain_io::append_request(
+                        &run_stream(run_id),
+                        version,
+                        &events,
+                        &actor,
+                    )?);
+                    let mut wake = Vec::new();
+                    if action != BulkAction::Pause {
+                        wake.push(run_id.to_string());
+                    }
+                    let mut finished = None;
+                    if action == BulkAction::Cancel {
+                        wake.extend(run.parent().map(|p| p.run_id.to_string()));
+                        finished = run.workflow().map(|w| w.to_string());
+                    }
+                    planned.push((results.len(), wake, finished));
+                    results.push((run_id, Ok(())));
+                }
+                Err(refused) => results.push((run_id, Err(RunsError::Run(refused)))),
+            }
+        }
+        let mut tx = self.store.begin().await?;
+        let appended = tx.append_each(&requests).await?;
+        let mut again = Vec::new();
+        let mut finished = Vec::new();
+        for ((slot, wake, workflow), result) in planned.into_iter().zip(appended) {
+            match result {
+                Ok(_) => {
+                    for run in wake {
+                        tx.wake_run(&run, now).await?;
+                    }
+                    finished.extend(workflow);
+                }
+                Err(StoreError::Conflict { .. }) => again.push(slot),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        tx.commit().await?;
+        for workflow in finished {
+            crate::telemetry::run_finished(&workflow, "cancelled");
+        }
+        // Runs another writer touched meanwhile: their own command, which reloads.
+        for slot in again {
+            let run = results[slot].0;
+            results[slot].1 = self.act(action, run, reason, by).await;
+        }
+        Ok(results)
     }
 
     async fn act(
