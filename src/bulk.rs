@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use uuid::Uuid;
 
@@ -88,6 +89,23 @@ pub struct BulkActions {
 
 fn stream(id: Uuid) -> StreamRef {
     StreamRef::new(StreamType::Bulk, id.to_string())
+}
+
+/// The run command a bulk action issues to each run in one commit; `None` for a retry,
+/// which starts a new run instead.
+fn run_command(
+    action: BulkAction,
+    by: &str,
+    reason: &str,
+    at: DateTime<Utc>,
+) -> Option<RunCommand> {
+    let (by, reason) = (by.to_string(), reason.to_string());
+    match action {
+        BulkAction::Cancel => Some(RunCommand::Cancel { by, reason, at }),
+        BulkAction::Pause => Some(RunCommand::Pause { by, reason, at }),
+        BulkAction::Resume => Some(RunCommand::Resume { by, at }),
+        BulkAction::Retry => None,
+    }
 }
 
 /// A run folded from its stream, with the stream's version.
@@ -228,6 +246,27 @@ impl BulkActions {
         }
     }
 
+    /// Plan `action` and carry it out in the background (a stop mid-way is carried on
+    /// at the next start of `awl serve`, or by `awl bulk continue`).
+    pub async fn start(
+        &self,
+        action: BulkAction,
+        filter: BulkFilter,
+        reason: &str,
+        by: &str,
+    ) -> Result<Bulk, BulkServiceError> {
+        let planned = self.plan(action, filter, reason, by).await?;
+        if let Some(id) = planned.id() {
+            let (bulk, by) = (self.clone(), by.to_string());
+            tokio::spawn(async move {
+                if let Err(e) = bulk.carry_out(id, 200, &by, &|_| {}).await {
+                    tracing::warn!(bulk = %id, error = %e, "a bulk action stopped; it is carried on at the next start");
+                }
+            });
+        }
+        Ok(planned)
+    }
+
     /// A bulk action as its stream stands.
     pub async fn get(&self, bulk_id: Uuid) -> Result<Bulk, BulkServiceError> {
         let (bulk, version) = domain_io::load::<Bulk>(&self.store, &stream(bulk_id)).await?;
@@ -264,10 +303,13 @@ impl BulkActions {
                 BulkCommand::Complete { at: now }
             } else {
                 let (mut acted, mut skipped) = (0, Vec::new());
-                let results = if action == BulkAction::Retry {
-                    self.act_each(action, &todo, &reason, by).await
-                } else {
-                    self.act_in_one_commit(action, &todo, &reason, by).await?
+                let results = match run_command(action, by, &reason, now) {
+                    // A retry starts a new run per run: one command each.
+                    None => self.act_each(action, &todo, &reason, by).await,
+                    Some(command) => {
+                        self.act_in_one_commit(action, &command, &todo, &reason, by)
+                            .await?
+                    }
                 };
                 for (run, result) in results {
                     let run = &run;
@@ -319,11 +361,13 @@ impl BulkActions {
     async fn act_in_one_commit(
         &self,
         action: BulkAction,
+        command: &RunCommand,
         runs: &[RunId],
         reason: &str,
         by: &str,
     ) -> Result<Vec<(RunId, Result<(), RunsError>)>, BulkServiceError> {
         let now = (self.clock)();
+        let (cancel, pause) = (action == BulkAction::Cancel, action == BulkAction::Pause);
         let folded: Vec<(RunId, Folded)> = futures_util::stream::iter(runs.iter().copied())
             .map(|run| async move {
                 let events = self.store.read_stream(&run_stream(run)).await;
@@ -343,23 +387,7 @@ impl BulkActions {
                 results.push((run_id, Err(RunsError::RunNotFound(run_id))));
                 continue;
             }
-            let command = match action {
-                BulkAction::Cancel => RunCommand::Cancel {
-                    by: by.to_string(),
-                    reason: reason.to_string(),
-                    at: now,
-                },
-                BulkAction::Pause => RunCommand::Pause {
-                    by: by.to_string(),
-                    reason: reason.to_string(),
-                    at: now,
-                },
-                BulkAction::Resume | BulkAction::Retry => RunCommand::Resume {
-                    by: by.to_string(),
-                    at: now,
-                },
-            };
-            match run.decide(command) {
+            match run.decide(command.clone()) {
                 Ok(events) => {
                     requests.push(domain_io::append_request(
                         &run_stream(run_id),
@@ -368,11 +396,11 @@ impl BulkActions {
                         &actor,
                     )?);
                     let mut wake = Vec::new();
-                    if action != BulkAction::Pause {
+                    if !pause {
                         wake.push(run_id.to_string());
                     }
                     let mut finished = None;
-                    if action == BulkAction::Cancel {
+                    if cancel {
                         wake.extend(run.parent().map(|p| p.run_id.to_string()));
                         finished = run.workflow().map(|w| w.to_string());
                     }
@@ -402,7 +430,8 @@ impl BulkActions {
         for workflow in finished {
             crate::telemetry::run_finished(&workflow, "cancelled");
         }
-        // Runs another writer touched meanwhile: their own command, which reloads.
+        // Runs another writer touched meanwhile: the runs service's own command,
+        // which reloads and decides again.
         for slot in again {
             let run = results[slot].0;
             results[slot].1 = self.act(action, run, reason, by).await;

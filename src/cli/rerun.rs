@@ -4,7 +4,6 @@
 //! a fork: those inputs changed, the others as the origin had them.
 
 use clap::Args;
-use serde_json::json;
 
 use crate::clock::system_clock;
 use crate::domain::ids::RunId;
@@ -25,15 +24,8 @@ pub struct RerunArgs {
     /// parses as JSON, else as text.
     #[arg(long = "var", value_name = "NAME=VALUE")]
     vars: Vec<String>,
-    /// Start it and print its id; a worker carries it out.
-    #[arg(long)]
-    detach: bool,
-    #[arg(long)]
-    json: bool,
-    #[arg(long = "env-allow", value_name = "NAME")]
-    env_allow: Vec<String>,
-    #[arg(long = "secret-env", value_name = "NAME")]
-    secret_env: Vec<String>,
+    #[command(flatten)]
+    how: Execution,
     #[arg(long)]
     by: Option<String>,
 }
@@ -59,15 +51,7 @@ pub async fn rerun(store: EventStore, args: RerunArgs) -> anyhow::Result<()> {
         .rerun(args.run, &args.from, changes, &actor(&args.by))
         .await?;
     let run_id = started.run_id;
-    if args.detach {
-        if args.json {
-            println!("{}", json!({"run_id": run_id.to_string()}));
-        } else {
-            println!("{run_id}");
-        }
-        return Ok(());
-    }
-    if !args.json {
+    if args.how.shows_progress() {
         eprintln!(
             "run {run_id}: {} of {} from step `{}` ({} {})",
             if fork { "fork" } else { "rerun" },
@@ -77,10 +61,5 @@ pub async fn rerun(store: EventStore, args: RerunArgs) -> anyhow::Result<()> {
             started.version
         );
     }
-    let how = Execution {
-        json: args.json,
-        env_allow: &args.env_allow,
-        secret_env: &args.secret_env,
-    };
-    execute(&store, &runs, run_id, head, how).await
+    execute(&store, &runs, run_id, head, &args.how).await
 }

@@ -32,22 +32,37 @@ pub struct RunArgs {
     /// An input: `--var name=value` (repeatable; read as the input's declared type).
     #[arg(long = "var", value_name = "NAME=VALUE")]
     vars: Vec<String>,
-    /// Start the run and print its id; a worker (`awl worker`) carries it out.
-    #[arg(long)]
-    detach: bool,
-    /// Print the run's events as JSON lines instead of progress.
-    #[arg(long)]
-    json: bool,
-    /// Environment variables expressions may read (`env.NAME`); repeatable.
-    #[arg(long = "env-allow", value_name = "NAME")]
-    env_allow: Vec<String>,
-    /// Environment variables expressions may read that are secret: masked as
-    /// `[redacted]` in events, views and spans (repeatable; also `AWL_SECRET_ENV`).
-    #[arg(long = "secret-env", value_name = "NAME")]
-    secret_env: Vec<String>,
+    #[command(flatten)]
+    how: Execution,
     /// Who starts the run (default: $USER).
     #[arg(long)]
     by: Option<String>,
+}
+
+/// How a started run is carried out: here in the foreground, or left to workers
+/// (`awl run` and `awl rerun` alike).
+#[derive(Debug, Args)]
+pub(super) struct Execution {
+    /// Start the run and print its id; a worker (`awl worker`) carries it out.
+    #[arg(long)]
+    pub detach: bool,
+    /// Print the run's events as JSON lines instead of progress.
+    #[arg(long)]
+    pub json: bool,
+    /// Environment variables expressions may read (`env.NAME`); repeatable.
+    #[arg(long = "env-allow", value_name = "NAME")]
+    pub env_allow: Vec<String>,
+    /// Environment variables expressions may read that are secret: masked as
+    /// `[redacted]` in events, views and spans (repeatable; also `AWL_SECRET_ENV`).
+    #[arg(long = "secret-env", value_name = "NAME")]
+    pub secret_env: Vec<String>,
+}
+
+impl Execution {
+    /// Print progress lines (not JSON, not detached).
+    pub fn shows_progress(&self) -> bool {
+        !self.detach && !self.json
+    }
 }
 
 pub(super) fn parse_vars(vars: &[String]) -> anyhow::Result<Map<String, Value>> {
@@ -87,50 +102,39 @@ pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
         .start_file(&args.file, parse_vars(&args.vars)?, &by)
         .await
         .map_err(invalid)?;
-    let run_id = started.run_id;
-    if args.detach {
-        if args.json {
+    if args.how.shows_progress() {
+        eprintln!(
+            "run {}: {} {} on {}",
+            started.run_id,
+            registered.name,
+            registered.version,
+            store.location()
+        );
+    }
+    execute(&store, &runs, started.run_id, head, &args.how).await
+}
+
+/// Carry `run_id` out as `how` says: with `--detach`, print its id and leave it to
+/// workers; else here with a worker of its own, printing its events from `head` on,
+/// exiting non-zero unless it succeeds (an interrupt leaves it to `awl worker`).
+pub(super) async fn execute(
+    store: &EventStore,
+    runs: &Runs,
+    run_id: RunId,
+    head: i64,
+    how: &Execution,
+) -> anyhow::Result<()> {
+    if how.detach {
+        if how.json {
             println!("{}", json!({"run_id": run_id.to_string()}));
         } else {
             println!("{run_id}");
         }
         return Ok(());
     }
-    if !args.json {
-        eprintln!(
-            "run {run_id}: {} {} on {}",
-            registered.name,
-            registered.version,
-            store.location()
-        );
-    }
-    let how = Execution {
-        json: args.json,
-        env_allow: &args.env_allow,
-        secret_env: &args.secret_env,
-    };
-    execute(&store, &runs, run_id, head, how).await
-}
-
-/// How a run is carried out in the foreground.
-pub(super) struct Execution<'a> {
-    pub json: bool,
-    pub env_allow: &'a [String],
-    pub secret_env: &'a [String],
-}
-
-/// Carry `run_id` out here with a worker of its own, printing its events from `head`
-/// on; exit non-zero unless it succeeds (an interrupt leaves it to `awl worker`).
-pub(super) async fn execute(
-    store: &EventStore,
-    runs: &Runs,
-    run_id: RunId,
-    head: i64,
-    how: Execution<'_>,
-) -> anyhow::Result<()> {
     let mut config = WorkerConfig::for_runs(owner("run"), [run_id]);
-    config.env = allowed_env(how.env_allow);
-    let (secret_env, mask) = secrets(how.secret_env, store);
+    config.env = allowed_env(&how.env_allow);
+    let (secret_env, mask) = secrets(&how.secret_env, store);
     config.env.extend(secret_env);
     config.secrets = mask;
     let worker = Worker::new(store.clone(), runners(), config, system_clock());

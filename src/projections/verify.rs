@@ -20,7 +20,8 @@ use super::runner::{
 use super::{Projection, ProjectionError, Writer};
 
 /// The generation a check fills: far from any the runner will use (it counts up
-/// from 1 by rebuilds).
+/// from 1 by rebuilds). One per store, so two checks of one store at the same time
+/// would share it: run one at a time (a check drops what an earlier one left).
 const SCRATCH_GENERATION: i64 = 999_999_999;
 
 /// How much of a differing row a finding shows.

@@ -21,6 +21,7 @@ mod extract;
 pub mod mcp;
 mod observe;
 pub mod openapi;
+pub mod operate;
 pub mod origin;
 pub mod rest;
 pub mod routes;

@@ -32,6 +32,21 @@ pub enum BulkAction {
     Retry,
 }
 
+impl std::str::FromStr for BulkAction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cancel" => Ok(Self::Cancel),
+            "pause" => Ok(Self::Pause),
+            "resume" => Ok(Self::Resume),
+            "retry" => Ok(Self::Retry),
+            other => Err(format!(
+                "action {other:?}: expected cancel, pause, resume or retry"
+            )),
+        }
+    }
+}
+
 impl BulkAction {
     pub fn as_str(self) -> &'static str {
         match self {

@@ -167,39 +167,10 @@ pub struct RerunParams {
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct BulkParams {
-    /// `cancel`, `pause`, `resume` or `retry`.
-    pub action: String,
-    #[serde(default)]
-    pub workflow: Option<String>,
-    /// Upper-case run statuses; empty: any.
-    #[serde(default)]
-    pub statuses: Vec<String>,
-    /// Inputs that must have these values.
-    #[serde(default)]
-    pub inputs: serde_json::Map<String, serde_json::Value>,
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// Only say how many runs it would touch.
-    #[serde(default)]
-    pub dry_run: bool,
-}
-
-/// What an operator does to a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum RunControl {
-    Pause,
-    Resume,
-    Cancel,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct ControlRunParams {
     pub run_id: String,
     /// `pause` (no step starts; steps in flight finish), `resume`, or `cancel`.
-    pub action: RunControl,
+    pub action: crate::server::operate::RunControl,
     /// Why (recorded with who).
     #[serde(default)]
     pub reason: Option<String>,

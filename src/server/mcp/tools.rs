@@ -19,6 +19,7 @@ use crate::server::caller::{
     acting_agent, caller, gate_id, idempotency_key, run_id, task_query, wait_timeout,
 };
 use crate::server::error::ApiError;
+use crate::server::operate;
 use crate::server::wire::*;
 
 use super::params::*;
@@ -347,26 +348,8 @@ impl AwlMcp {
     ) -> Result<Json<RunView>, ToolError> {
         let who = require(&ctx, Permission::Operate, "control_run")?;
         let run = run_id(&p.run_id)?;
-        let runs = &self.app.runs;
-        match p.action {
-            RunControl::Pause => {
-                let reason = p
-                    .reason
-                    .unwrap_or_else(|| format!("paused by {}", who.name));
-                runs.pause(run, &who.name, &reason).await?;
-            }
-            RunControl::Resume => {
-                runs.resume(run, &who.name).await?;
-            }
-            RunControl::Cancel => {
-                let reason = p
-                    .reason
-                    .unwrap_or_else(|| format!("cancelled by {}", who.name));
-                runs.cancel(run, &who.name, &reason).await?;
-            }
-        }
-        let (run, version) = runs.get(run).await?;
-        Ok(Json(RunView::of(&run, version)))
+        let view = operate::control(&self.app, &who.name, run, p.action, p.reason).await?;
+        Ok(Json(view))
     }
 
     #[tool(
@@ -391,59 +374,12 @@ impl AwlMcp {
     )]
     async fn bulk_action(
         &self,
-        Parameters(p): Parameters<BulkParams>,
+        Parameters(p): Parameters<BulkRequest>,
         ctx: Ctx,
     ) -> Result<Json<BulkView>, ToolError> {
-        use crate::domain::bulk::{BulkAction, BulkFilter};
         let who = require(&ctx, Permission::Operate, "bulk_action")?;
-        let action = match p.action.as_str() {
-            "cancel" => BulkAction::Cancel,
-            "pause" => BulkAction::Pause,
-            "resume" => BulkAction::Resume,
-            "retry" => BulkAction::Retry,
-            other => {
-                return Err(ApiError::invalid(format!(
-                    "action {other:?}: expected cancel, pause, resume or retry"
-                ))
-                .into());
-            }
-        };
-        let filter = BulkFilter {
-            workflow: p.workflow,
-            statuses: p.statuses.iter().map(|s| s.to_uppercase()).collect(),
-            inputs: p.inputs.into_iter().collect(),
-            ..BulkFilter::default()
-        };
-        if p.dry_run {
-            let selected = self.app.bulk.select(&filter).await?;
-            return Ok(Json(BulkView {
-                bulk_id: None,
-                action: action.as_str().to_string(),
-                status: "DRY_RUN".into(),
-                total: selected.len() as u64,
-                through: 0,
-                acted: 0,
-                skipped: 0,
-                runs: selected.iter().take(100).map(|r| r.as_uuid()).collect(),
-            }));
-        }
-        let reason = p
-            .reason
-            .unwrap_or_else(|| format!("bulk {} by {}", action.as_str(), who.name));
-        let planned = self
-            .app
-            .bulk
-            .plan(action, filter, &reason, &who.name)
-            .await?;
-        if let Some(id) = planned.id() {
-            let (bulk, by) = (self.app.bulk.clone(), who.name.clone());
-            tokio::spawn(async move {
-                if let Err(e) = bulk.carry_out(id, 200, &by, &|_| {}).await {
-                    tracing::warn!(bulk = %id, error = %e, "a bulk action stopped; it is carried on at the next start");
-                }
-            });
-        }
-        Ok(Json(BulkView::of(&planned)))
+        let (_, view) = operate::bulk(&self.app, &who.name, p).await?;
+        Ok(Json(view))
     }
 
     #[tool(

@@ -10,6 +10,7 @@ use crate::runs::GateDecision;
 use crate::server::AppState;
 use crate::server::caller::{gate_id, idempotency_header, run_id};
 use crate::server::extract::Body;
+use crate::server::operate::{self, RunControl};
 use crate::server::wire::{
     BulkRequest, BulkView, GateDecisionRequest, RerunRequest, RunActionRequest, RunView,
     StartRunRequest, StartedRun,
@@ -50,20 +51,14 @@ pub async fn rerun(
     Ok(created_or_found(true, StartedRun::from(&started)))
 }
 
-/// What an operator does to a run.
-enum Action {
-    Pause,
-    Resume,
-    Cancel,
-}
-
 pub async fn pause(
     State(app): State<AppState>,
     who: Who,
     Path(id): Path<String>,
     Body(req): Body<RunActionRequest>,
 ) -> Api<Json<RunView>> {
-    act(&app, &who.name, &id, Action::Pause, req.reason).await
+    let view = operate::control(&app, &who.name, run_id(&id)?, RunControl::Pause, req.reason);
+    Ok(Json(view.await?))
 }
 
 pub async fn resume(
@@ -72,7 +67,14 @@ pub async fn resume(
     Path(id): Path<String>,
     Body(req): Body<RunActionRequest>,
 ) -> Api<Json<RunView>> {
-    act(&app, &who.name, &id, Action::Resume, req.reason).await
+    let view = operate::control(
+        &app,
+        &who.name,
+        run_id(&id)?,
+        RunControl::Resume,
+        req.reason,
+    );
+    Ok(Json(view.await?))
 }
 
 pub async fn cancel(
@@ -81,33 +83,14 @@ pub async fn cancel(
     Path(id): Path<String>,
     Body(req): Body<RunActionRequest>,
 ) -> Api<Json<RunView>> {
-    act(&app, &who.name, &id, Action::Cancel, req.reason).await
-}
-
-/// Act on a run; the answer is the run after it, as people see it.
-async fn act(
-    app: &AppState,
-    by: &str,
-    id: &str,
-    action: Action,
-    reason: Option<String>,
-) -> Api<Json<RunView>> {
-    let run = run_id(id)?;
-    match action {
-        Action::Pause => {
-            let reason = reason.unwrap_or_else(|| format!("paused by {by}"));
-            app.runs.pause(run, by, &reason).await?;
-        }
-        Action::Resume => {
-            app.runs.resume(run, by).await?;
-        }
-        Action::Cancel => {
-            let reason = reason.unwrap_or_else(|| format!("cancelled by {by}"));
-            app.runs.cancel(run, by, &reason).await?;
-        }
-    }
-    let (run, version) = app.runs.get(run).await?;
-    Ok(Json(RunView::of(&run, version)))
+    let view = operate::control(
+        &app,
+        &who.name,
+        run_id(&id)?,
+        RunControl::Cancel,
+        req.reason,
+    );
+    Ok(Json(view.await?))
 }
 
 pub async fn approve_gate(
@@ -149,59 +132,14 @@ pub async fn bulk(
     who: Who,
     Body(req): Body<BulkRequest>,
 ) -> Api<Response> {
-    use crate::domain::bulk::{BulkAction, BulkFilter};
     use axum::response::IntoResponse;
-    let action = match req.action.as_str() {
-        "cancel" => BulkAction::Cancel,
-        "pause" => BulkAction::Pause,
-        "resume" => BulkAction::Resume,
-        "retry" => BulkAction::Retry,
-        other => {
-            return Err(crate::server::error::ApiError::invalid(format!(
-                "action {other:?}: expected cancel, pause, resume or retry"
-            )));
-        }
+    let (dry_run, view) = operate::bulk(&app, &who.name, req).await?;
+    let status = if dry_run {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::ACCEPTED
     };
-    let filter = BulkFilter {
-        workflow: req.workflow,
-        statuses: req.statuses.iter().map(|s| s.to_uppercase()).collect(),
-        since: req.since,
-        until: req.until,
-        inputs: req.inputs.into_iter().collect(),
-        run_ids: req
-            .run_ids
-            .iter()
-            .map(|id| crate::domain::ids::RunId::from_uuid(*id))
-            .collect(),
-    };
-    if req.dry_run {
-        let selected = app.bulk.select(&filter).await?;
-        let view = BulkView {
-            bulk_id: None,
-            action: action.as_str().to_string(),
-            status: "DRY_RUN".into(),
-            total: selected.len() as u64,
-            through: 0,
-            acted: 0,
-            skipped: 0,
-            runs: selected.iter().take(100).map(|r| r.as_uuid()).collect(),
-        };
-        return Ok(Json(view).into_response());
-    }
-    let reason = req
-        .reason
-        .unwrap_or_else(|| format!("bulk {} by {}", action.as_str(), who.name));
-    let planned = app.bulk.plan(action, filter, &reason, &who.name).await?;
-    let view = BulkView::of(&planned);
-    if let Some(id) = planned.id() {
-        let (bulk, by) = (app.bulk.clone(), who.name.clone());
-        tokio::spawn(async move {
-            if let Err(e) = bulk.carry_out(id, 200, &by, &|_| {}).await {
-                tracing::warn!(bulk = %id, error = %e, "a bulk action stopped; it is carried on at the next start");
-            }
-        });
-    }
-    Ok((axum::http::StatusCode::ACCEPTED, Json(view)).into_response())
+    Ok((status, Json(view)).into_response())
 }
 
 pub async fn bulk_status(

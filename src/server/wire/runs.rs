@@ -257,6 +257,23 @@ pub struct BulkView {
 }
 
 impl BulkView {
+    /// What a dry run answers: how many runs it would touch, and the first 100.
+    pub fn dry_run(
+        action: crate::domain::bulk::BulkAction,
+        selected: &[crate::domain::ids::RunId],
+    ) -> Self {
+        BulkView {
+            bulk_id: None,
+            action: action.as_str().to_string(),
+            status: "DRY_RUN".into(),
+            total: selected.len() as u64,
+            through: 0,
+            acted: 0,
+            skipped: 0,
+            runs: selected.iter().take(100).map(|r| r.as_uuid()).collect(),
+        }
+    }
+
     pub fn of(bulk: &crate::domain::bulk::Bulk) -> Self {
         BulkView {
             bulk_id: bulk.id(),

@@ -1,0 +1,75 @@
+//! Operators' actions on runs, done the same way by REST and MCP: pausing, resuming and
+//! cancelling one run (with the reason recorded, a default one when none is given),
+//! and bulk actions (a dry run's count, or a planned action carried out in the
+//! background). Both adapters call these, so the two cannot drift apart.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::bulk::{BulkAction, BulkFilter};
+use crate::domain::ids::RunId;
+
+use super::AppState;
+use super::error::ApiError;
+use super::wire::{BulkRequest, BulkView, RunView};
+
+type Api<T> = Result<T, ApiError>;
+
+/// What an operator does to one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunControl {
+    /// No step starts until it is resumed; steps in flight finish.
+    Pause,
+    Resume,
+    Cancel,
+}
+
+/// Act on `run` as `by`; the answer is the run after it, as people see it.
+pub async fn control(
+    app: &AppState,
+    by: &str,
+    run: RunId,
+    action: RunControl,
+    reason: Option<String>,
+) -> Api<RunView> {
+    match action {
+        RunControl::Pause => {
+            let reason = reason.unwrap_or_else(|| format!("paused by {by}"));
+            app.runs.pause(run, by, &reason).await?;
+        }
+        RunControl::Resume => {
+            app.runs.resume(run, by).await?;
+        }
+        RunControl::Cancel => {
+            let reason = reason.unwrap_or_else(|| format!("cancelled by {by}"));
+            app.runs.cancel(run, by, &reason).await?;
+        }
+    }
+    let (run, version) = app.runs.get(run).await?;
+    Ok(RunView::of(&run, version))
+}
+
+/// A bulk action as `by` asked for it: with `dry_run`, how many runs it would touch
+/// (and the first of them); otherwise planned, carried out in the background, and
+/// answered at once with its id and size. The flag says which it was.
+pub async fn bulk(app: &AppState, by: &str, req: BulkRequest) -> Api<(bool, BulkView)> {
+    let action: BulkAction = req.action.parse().map_err(ApiError::invalid)?;
+    let filter = BulkFilter {
+        workflow: req.workflow,
+        statuses: req.statuses.iter().map(|s| s.to_uppercase()).collect(),
+        since: req.since,
+        until: req.until,
+        inputs: req.inputs.into_iter().collect(),
+        run_ids: req.run_ids.into_iter().map(RunId::from_uuid).collect(),
+    };
+    if req.dry_run {
+        let selected = app.bulk.select(&filter).await?;
+        return Ok((true, BulkView::dry_run(action, &selected)));
+    }
+    let reason = req
+        .reason
+        .unwrap_or_else(|| format!("bulk {} by {by}", action.as_str()));
+    let planned = app.bulk.start(action, filter, &reason, by).await?;
+    Ok((false, BulkView::of(&planned)))
+}
