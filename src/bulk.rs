@@ -6,6 +6,11 @@
 //! cannot (it finished meanwhile, it is not paused) is skipped with the reason. A
 //! batch of cancels, pauses or resumes is committed in one transaction (the executor's
 //! way with many runs); retries start new runs, one command each.
+//!
+//! Pausing a whole workflow is the workflow's own event (`workflow.paused`, after which
+//! its new runs start paused) followed by a bulk action that holds its active runs;
+//! resuming it is `workflow.resumed` followed by a bulk resume of the runs the pause
+//! held (a run someone paused by hand stays paused).
 
 use std::sync::Arc;
 
@@ -102,7 +107,12 @@ fn run_command(
     let (by, reason) = (by.to_string(), reason.to_string());
     match action {
         BulkAction::Cancel => Some(RunCommand::Cancel { by, reason, at }),
-        BulkAction::Pause => Some(RunCommand::Pause { by, reason, at }),
+        BulkAction::Pause | BulkAction::Hold => Some(RunCommand::Pause {
+            by,
+            reason,
+            at,
+            workflow: action == BulkAction::Hold,
+        }),
         BulkAction::Resume => Some(RunCommand::Resume { by, at }),
         BulkAction::Retry => None,
     }
@@ -256,6 +266,13 @@ impl BulkActions {
         by: &str,
     ) -> Result<Bulk, BulkServiceError> {
         let planned = self.plan(action, filter, reason, by).await?;
+        self.carry_out_in_background(&planned, by);
+        Ok(planned)
+    }
+
+    /// Carry a planned bulk action out in a task of its own (a stop mid-way is carried
+    /// on at the next start of `awl serve`, or by `awl bulk continue`).
+    pub fn carry_out_in_background(&self, planned: &Bulk, by: &str) {
         if let Some(id) = planned.id() {
             let (bulk, by) = (self.clone(), by.to_string());
             tokio::spawn(async move {
@@ -264,7 +281,71 @@ impl BulkActions {
                 }
             });
         }
-        Ok(planned)
+    }
+
+    /// Pause the whole workflow `name`: record it, then plan a bulk action that holds
+    /// every active run of it (the caller carries it out; after a crash it is carried
+    /// on like any bulk action).
+    pub async fn pause_workflow(
+        &self,
+        name: &str,
+        reason: &str,
+        by: &str,
+    ) -> Result<Bulk, BulkServiceError> {
+        let now = (self.clock)();
+        crate::definitions::catalog::pause(&self.store, name, by, reason, now)
+            .await
+            .map_err(RunsError::from)?;
+        let filter = BulkFilter {
+            workflow: Some(name.to_string()),
+            statuses: vec!["RUNNING".into(), "WAITING".into()],
+            ..BulkFilter::default()
+        };
+        let reason = format!("workflow {name} paused: {reason}");
+        self.plan(BulkAction::Hold, filter, &reason, by).await
+    }
+
+    /// Resume the paused workflow `name`: record it, then plan a bulk resume of the
+    /// runs its pause held (none when it held no run); the caller carries it out.
+    pub async fn resume_workflow(
+        &self,
+        name: &str,
+        by: &str,
+    ) -> Result<Option<Bulk>, BulkServiceError> {
+        let now = (self.clock)();
+        crate::definitions::catalog::resume(&self.store, name, by, now)
+            .await
+            .map_err(RunsError::from)?;
+        let paused = RunFilter {
+            statuses: vec!["PAUSED".into()],
+            workflow: Some(name.to_string()),
+            since: None,
+            until: None,
+            after: None,
+            limit: 100_000,
+        };
+        let held: Vec<RunId> = self
+            .runs
+            .list(&paused)
+            .await?
+            .into_iter()
+            .filter(|run| run.paused().is_some_and(|p| p.workflow))
+            .filter_map(|run| run.id())
+            .collect();
+        if held.is_empty() {
+            // An empty list of runs would select every paused run of the workflow.
+            return Ok(None);
+        }
+        let filter = BulkFilter {
+            workflow: Some(name.to_string()),
+            statuses: vec!["PAUSED".into()],
+            run_ids: held,
+            ..BulkFilter::default()
+        };
+        let reason = format!("workflow {name} resumed");
+        Ok(Some(
+            self.plan(BulkAction::Resume, filter, &reason, by).await?,
+        ))
     }
 
     /// A bulk action as its stream stands.
@@ -367,15 +448,18 @@ impl BulkActions {
         by: &str,
     ) -> Result<Vec<(RunId, Result<(), RunsError>)>, BulkServiceError> {
         let now = (self.clock)();
-        let (cancel, pause) = (action == BulkAction::Cancel, action == BulkAction::Pause);
-        let folded: Vec<(RunId, Folded)> = futures_util::stream::iter(runs.iter().copied())
-            .map(|run| async move {
-                let events = self.store.read_stream(&run_stream(run)).await;
-                (run, events.and_then(|e| domain_io::fold::<Run>(&e)))
+        let cancel = action == BulkAction::Cancel;
+        let pause = matches!(action, BulkAction::Pause | BulkAction::Hold);
+        // Every run of the batch read in one query.
+        let ids: Vec<String> = runs.iter().map(RunId::to_string).collect();
+        let mut streams = self.store.read_streams(StreamType::Run, &ids).await?;
+        let folded: Vec<(RunId, Folded)> = runs
+            .iter()
+            .map(|run| {
+                let events = streams.remove(&run.to_string()).unwrap_or_default();
+                (*run, domain_io::fold::<Run>(&events))
             })
-            .buffered(CONCURRENT_RUNS)
-            .collect()
-            .await;
+            .collect();
         let actor = Metadata::actor(by);
         let mut results: Vec<(RunId, Result<(), RunsError>)> = Vec::with_capacity(runs.len());
         let mut requests = Vec::new();
@@ -449,6 +533,7 @@ impl BulkActions {
         match action {
             BulkAction::Cancel => self.runs.cancel(run, by, reason).await.map(|_| ()),
             BulkAction::Pause => self.runs.pause(run, by, reason).await.map(|_| ()),
+            BulkAction::Hold => self.runs.hold(run, by, reason).await.map(|_| ()),
             BulkAction::Resume => self.runs.resume(run, by).await.map(|_| ()),
             BulkAction::Retry => self.runs.retry(run, by).await.map(|_| ()),
         }

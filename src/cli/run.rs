@@ -56,6 +56,10 @@ pub(super) struct Execution {
     /// `[redacted]` in events, views and spans (repeatable; also `AWL_SECRET_ENV`).
     #[arg(long = "secret-env", value_name = "NAME")]
     pub secret_env: Vec<String>,
+    /// A run continues as new (its state recorded, replay starts there) once its
+    /// history since its start or last continuation reaches this many events.
+    #[arg(long, env = "AWL_HISTORY_LIMIT", default_value_t = crate::executor::DEFAULT_HISTORY_LIMIT)]
+    pub history_limit: u64,
 }
 
 impl Execution {
@@ -137,6 +141,7 @@ pub(super) async fn execute(
     let (secret_env, mask) = secrets(&how.secret_env, store);
     config.env.extend(secret_env);
     config.secrets = mask;
+    config.history_limit = how.history_limit;
     let worker = Worker::new(store.clone(), runners(), config, system_clock());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut work = tokio::spawn(worker.run(stop_rx));

@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// Do not run the executor here (leave runs to `awl worker` processes).
     #[arg(long)]
     no_worker: bool,
+    /// A run continues as new (its state recorded, replay starts there) once its
+    /// history since its start or last continuation reaches this many events.
+    #[arg(long, env = "AWL_HISTORY_LIMIT", default_value_t = crate::executor::DEFAULT_HISTORY_LIMIT)]
+    history_limit: u64,
     /// Register every `*.awl.yaml` file in this directory at start-up (repeatable), so
     /// runs of them can be started over the API.
     #[arg(long = "workflows", value_name = "DIR")]
@@ -89,6 +93,7 @@ pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
         let (secret_env, mask) = secrets(&args.secret_env, &store);
         worker.env.extend(secret_env);
         worker.secrets = mask;
+        worker.history_limit = args.history_limit;
         config.worker = Some(worker);
     }
     let location = store.location().clone();

@@ -32,6 +32,10 @@ pub struct WorkerArgs {
     /// Serve this worker's `/metrics` here, without a token (for a scrape network).
     #[arg(long, env = "AWL_METRICS_BIND")]
     metrics_bind: Option<std::net::SocketAddr>,
+    /// A run continues as new (its state recorded, replay starts there) once its
+    /// history since its start or last continuation reaches this many events.
+    #[arg(long, env = "AWL_HISTORY_LIMIT", default_value_t = crate::executor::DEFAULT_HISTORY_LIMIT)]
+    history_limit: u64,
 }
 
 pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
@@ -42,6 +46,7 @@ pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
     let (secret_env, mask) = secrets(&args.secret_env, &store);
     config.env.extend(secret_env);
     config.secrets = mask;
+    config.history_limit = args.history_limit;
     eprintln!("awl worker {} on {}", config.owner, store.location());
     server::warn_about_durability(&store).await;
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -1,10 +1,13 @@
-//! `awl workflows list|show|diff|retire`: the registered workflows and their versions.
-//! A run stays on the version it started with; retiring a version stops new runs of
-//! it while the runs on it finish.
+//! `awl workflows list|show|diff|retire|pause|resume`: the registered workflows and
+//! their versions. A run stays on the version it started with; retiring a version
+//! stops new runs of it while the runs on it finish. Pausing a workflow holds its runs
+//! (no new step starts) and makes new runs start paused, until it is resumed.
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+use crate::bulk::BulkActions;
+use crate::clock::system_clock;
 use crate::definitions::catalog;
 use crate::store::EventStore;
 
@@ -40,6 +43,22 @@ enum WorkflowsCommand {
         workflow: String,
         #[arg(long, default_value = "retired from the command line")]
         reason: String,
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Pause a whole workflow: its active runs start no new step (steps in flight
+    /// finish) and new runs start paused, until `awl workflows resume`.
+    Pause {
+        name: String,
+        #[arg(long, default_value = "paused from the command line")]
+        reason: String,
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Resume a paused workflow: the runs its pause held (and the runs that queued)
+    /// go on; runs paused one by one stay paused.
+    Resume {
+        name: String,
         #[arg(long)]
         by: Option<String>,
     },
@@ -84,7 +103,38 @@ pub async fn workflows(store: EventStore, args: WorkflowsArgs) -> anyhow::Result
             println!("retired {name}@{version}: it takes no new runs; runs on it finish on it");
             Ok(())
         }
+        WorkflowsCommand::Pause { name, reason, by } => {
+            let by = actor(&by);
+            let service = BulkActions::new(store, system_clock());
+            let planned = service.pause_workflow(&name, &reason, &by).await?;
+            let bulk = carry_out(&service, &planned, &by).await?;
+            println!(
+                "paused {name}: {} active runs held, new runs start paused (bulk {})",
+                bulk.acted(),
+                bulk.id().unwrap_or_default()
+            );
+            Ok(())
+        }
+        WorkflowsCommand::Resume { name, by } => {
+            let by = actor(&by);
+            let service = BulkActions::new(store, system_clock());
+            let resumed = match service.resume_workflow(&name, &by).await? {
+                Some(planned) => carry_out(&service, &planned, &by).await?.acted(),
+                None => 0,
+            };
+            println!("resumed {name}: {resumed} held runs go on");
+            Ok(())
+        }
     }
+}
+
+async fn carry_out(
+    service: &BulkActions,
+    planned: &crate::domain::bulk::Bulk,
+    by: &str,
+) -> anyhow::Result<crate::domain::bulk::Bulk> {
+    let id = planned.id().unwrap_or_default();
+    Ok(service.carry_out(id, 200, by, &|_| {}).await?)
 }
 
 async fn list(store: &EventStore, json: bool) -> anyhow::Result<()> {
@@ -102,7 +152,12 @@ async fn list(store: &EventStore, json: bool) -> anyhow::Result<()> {
             .as_ref()
             .map(|r| format!("  RETIRED {r}"))
             .unwrap_or_default();
-        println!("{}  (new runs: {latest}){retired}", e.workflow);
+        let paused = e
+            .paused
+            .as_ref()
+            .map(|r| format!("  PAUSED {r}"))
+            .unwrap_or_default();
+        println!("{}  (new runs: {latest}){retired}{paused}", e.workflow);
         for v in &e.versions {
             let retired = v
                 .retired

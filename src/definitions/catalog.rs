@@ -1,6 +1,8 @@
 //! The catalog of registered workflows: every workflow with its versions (for `awl
 //! workflows list`), one version's definition (`show`, `diff`), and retiring a version
-//! so it takes no new runs while the runs already on it finish on it.
+//! so it takes no new runs while the runs already on it finish on it; pausing and
+//! resuming a whole workflow (the workflow's side of it: its runs are held by a bulk
+//! action, `bulk::BulkActions::pause_workflow`).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -22,6 +24,8 @@ pub struct CatalogEntry {
     /// The version a run naming none starts.
     pub latest: Option<String>,
     pub retired: Option<String>,
+    /// Who paused the whole workflow, when and why, while it is paused.
+    pub paused: Option<String>,
     pub versions: Vec<VersionEntry>,
 }
 
@@ -58,6 +62,7 @@ pub async fn list(store: &EventStore) -> Result<Vec<CatalogEntry>, DefinitionErr
             workflow: name,
             latest: state.latest_runnable().map(|v| v.version.to_string()),
             retired: state.retirement().map(|r| r.to_string()),
+            paused: state.paused().map(|r| r.to_string()),
             versions: state
                 .versions()
                 .map(|v| VersionEntry {
@@ -119,18 +124,71 @@ pub async fn retire_version(
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<(), DefinitionError> {
-    let workflow = WorkflowName::try_from(name)?;
     let version = Version::try_from(version)?;
+    decide_on(
+        store,
+        name,
+        by,
+        WorkflowCommand::RetireVersion {
+            version,
+            by: by.to_string(),
+            reason: reason.to_string(),
+            at: now,
+        },
+    )
+    .await
+}
+
+/// Pause the whole workflow `name` (record it on its stream): new runs start paused.
+pub async fn pause(
+    store: &EventStore,
+    name: &str,
+    by: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<(), DefinitionError> {
+    decide_on(
+        store,
+        name,
+        by,
+        WorkflowCommand::Pause {
+            by: by.to_string(),
+            reason: reason.to_string(),
+            at: now,
+        },
+    )
+    .await
+}
+
+/// Resume the paused workflow `name` (record it on its stream).
+pub async fn resume(
+    store: &EventStore,
+    name: &str,
+    by: &str,
+    now: DateTime<Utc>,
+) -> Result<(), DefinitionError> {
+    decide_on(
+        store,
+        name,
+        by,
+        WorkflowCommand::Resume {
+            by: by.to_string(),
+            at: now,
+        },
+    )
+    .await
+}
+
+async fn decide_on(
+    store: &EventStore,
+    name: &str,
+    by: &str,
+    command: WorkflowCommand,
+) -> Result<(), DefinitionError> {
+    let workflow = WorkflowName::try_from(name)?;
     let stream = StreamRef::new(StreamType::Workflow, workflow.as_str());
     Command::new(store, &stream, Metadata::actor(by))
-        .run(|state: &WorkflowDefinition| {
-            state.decide(WorkflowCommand::RetireVersion {
-                version,
-                by: by.to_string(),
-                reason: reason.to_string(),
-                at: now,
-            })
-        })
+        .run(|state: &WorkflowDefinition| state.decide(command.clone()))
         .await?;
     Ok(())
 }

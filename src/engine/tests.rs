@@ -1541,6 +1541,7 @@ fn a_paused_run_starts_nothing_new_and_its_step_in_flight_finishes() {
         by: "ops".into(),
         reason: "the database is being migrated".into(),
         at: t0(),
+        workflow: false,
     });
     assert_eq!(sim.run.status(), Some(RunStatus::Paused));
     // The attempt in flight finishes and is recorded; nothing after it starts.
@@ -1557,6 +1558,7 @@ fn a_paused_run_starts_nothing_new_and_its_step_in_flight_finishes() {
         by: "ops".into(),
         reason: "again".into(),
         at: t0(),
+        workflow: false,
     });
     assert!(again.is_err(), "{again:?}");
     sim.decide(RunCommand::Resume {
@@ -1589,6 +1591,7 @@ fn a_paused_run_can_be_cancelled_and_resume_needs_a_pause() {
         by: "ops".into(),
         reason: "hold".into(),
         at: t0(),
+        workflow: false,
     });
     sim.decide(RunCommand::Cancel {
         by: "ops".into(),
@@ -1597,4 +1600,109 @@ fn a_paused_run_can_be_cancelled_and_resume_needs_a_pause() {
     });
     assert_eq!(sim.run.status(), Some(RunStatus::Cancelled));
     assert!(sim.run.paused().is_none());
+}
+
+const POLLING: &str = r#"
+name: polling
+version: "1.0.0"
+steps:
+  - id: poll
+    tool: echo
+    inputs: {message: ready?}
+    timeout_seconds: 10
+    retry: {max_attempts: 40, backoff: constant, base_seconds: 1}
+    error_handlers:
+      - {class: timeout, action: increase_timeout, timeout_factor: 2}
+  - id: after
+    tool: noop
+"#;
+
+#[test]
+fn a_run_continued_as_new_decides_what_it_would_have_decided() {
+    let mut long = Sim::start(POLLING, json!({}));
+    let mut continued = Sim::start(POLLING, json!({}));
+    let mut continuations = 0;
+    for round in 0..30_i64 {
+        for sim in [&mut long, &mut continued] {
+            sim.at(round * 2);
+        }
+        let (a, b) = (long.tick(), continued.tick());
+        assert_eq!(
+            (&a.events, &a.effects),
+            (&b.events, &b.effects),
+            "round {round}"
+        );
+        // One timeout early (its handler raises the timeout for good), then network
+        // failures; the continued run continues as new every few rounds.
+        let class = if round == 1 {
+            ErrorClass::Timeout
+        } else {
+            ErrorClass::Network
+        };
+        let (a, b) = (long.fail("poll", class), continued.fail("poll", class));
+        assert_eq!(
+            (&a.events, &a.effects),
+            (&b.events, &b.effects),
+            "round {round}"
+        );
+        if round % 4 == 3 {
+            continued.decide(RunCommand::Continue { at: continued.now });
+            continuations += 1;
+            assert_eq!(continued.run.history_len(), 1);
+        }
+    }
+    // Attempts were compacted: the raised timeout is still what a new attempt gets.
+    assert!(continued.run.attempts(&sid("poll")).len() <= 5);
+    assert_eq!(long.run.attempts(&sid("poll")).len(), 31);
+    let next = |sim: &mut Sim| {
+        sim.at(70);
+        sim.tick()
+    };
+    let (a, b) = (next(&mut long), next(&mut continued));
+    assert_eq!(a.effects, b.effects);
+    assert!(
+        matches!(
+            &b.effects[..],
+            [Effect::Perform {
+                attempt: 31,
+                timeout_ms: Some(20_000),
+                ..
+            }]
+        ),
+        "{:?}",
+        b.effects
+    );
+    long.succeed("poll");
+    continued.succeed("poll");
+    let (a, b) = (long.succeed("after"), continued.succeed("after"));
+    assert_eq!(a.events, b.events);
+    assert_eq!(continued.run.status(), Some(RunStatus::Succeeded));
+    assert_eq!(continuations, 7);
+    // Drop replays both histories, checking each continuation carries the state its
+    // history folds to.
+}
+
+#[test]
+fn a_continuation_that_carries_another_state_is_a_divergence() {
+    let mut sim = Sim::start(POLLING, json!({}));
+    sim.tick();
+    sim.fail("poll", ErrorClass::Network);
+    let mut forged = sim.run.compacted();
+    forged.apply(RunEvent::Cancelled {
+        by: "mallory".into(),
+        reason: "forged".into(),
+        at: t0(),
+    });
+    let mut history = history(&sim);
+    history.push(Recorded::plain(RunEvent::Continued {
+        state: Box::new(forged),
+        at: t0(),
+    }));
+    let divergence = verify_history(&sim.def, &history, &ReplayContext::default())
+        .expect_err("a forged continuation");
+    assert_eq!(divergence.version, history.len());
+    assert!(
+        divergence.to_string().contains("run.continued"),
+        "{divergence}"
+    );
 }

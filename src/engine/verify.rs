@@ -169,6 +169,21 @@ impl Walk<'_> {
     /// how many were matched or applied.
     fn next(&mut self, rest: &[Recorded], version: usize) -> Result<usize, Box<Divergence>> {
         let head = &rest[0];
+        if let RunEvent::Continued { state, at } = &head.opened {
+            // A continuation must carry the state its history folds to.
+            let folded = self.state.compacted();
+            if **state != folded {
+                return Err(Box::new(Divergence {
+                    version,
+                    step: None,
+                    recorded: head.logged.clone(),
+                    decided: Decided::Event(Box::new(RunEvent::Continued {
+                        state: Box::new(folded),
+                        at: *at,
+                    })),
+                }));
+            }
+        }
         if from_outside(&head.logged) || self.state.status().is_none() {
             self.cut_short = None;
             self.apply(head);
@@ -355,5 +370,6 @@ fn from_outside(event: &RunEvent) -> bool {
             | RunEvent::StepCarried { .. }
             | RunEvent::Derived { .. }
             | RunEvent::Cancelled { .. }
+            | RunEvent::Continued { .. }
     )
 }

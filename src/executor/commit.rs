@@ -214,7 +214,7 @@ impl Worker {
     pub(super) async fn reload(&self, run_id: &str) -> Result<(Run, i64), ExecError> {
         let mut events = self
             .store
-            .read_stream(&StreamRef::new(StreamType::Run, run_id))
+            .read_current(&StreamRef::new(StreamType::Run, run_id))
             .await?;
         self.store
             .reveal_events(&mut events, crate::vault::Reveal::Plain)

@@ -64,7 +64,13 @@ pub struct WorkerConfig {
     pub only: Option<Arc<Mutex<BTreeSet<String>>>>,
     /// Stop once every run in `only` has finished.
     pub exit_when_done: bool,
+    /// A run whose history since its start (or last continuation) reaches this many
+    /// events continues as new (`run.continued`), so folding it stays short.
+    pub history_limit: u64,
 }
+
+/// The default history limit: a run continues as new every 10,000 events.
+pub const DEFAULT_HISTORY_LIMIT: u64 = 10_000;
 
 impl WorkerConfig {
     pub fn new(owner: impl Into<String>) -> Self {
@@ -77,6 +83,7 @@ impl WorkerConfig {
             secrets: crate::vault::Mask::default(),
             only: None,
             exit_when_done: false,
+            history_limit: DEFAULT_HISTORY_LIMIT,
         }
     }
 
@@ -268,6 +275,15 @@ impl Worker {
         for r in &refused {
             held.remove(&r.run_id);
         }
+        let long: Vec<String> = decided
+            .iter()
+            .filter(|d| d.state.history_len() >= self.config.history_limit.max(2))
+            .map(|d| d.run_id.clone())
+            .collect();
+        let traces: Vec<Option<String>> = long
+            .iter()
+            .map(|id| held.get(id).and_then(|h| h.trace.clone()))
+            .collect();
         if let Err(e) = self.commit(held, decided, refused, done_tx, now).await {
             // Written or not, nobody knows (the connection may have died during the
             // commit): read these runs again before deciding for them. Outcomes the
@@ -281,7 +297,49 @@ impl Worker {
             }
             return Err(e);
         }
+        for (run_id, trace) in long.iter().zip(traces) {
+            self.continue_as_new(run_id, trace, now).await?;
+            if let Some(h) = held.get_mut(run_id) {
+                // Fold it again from its continuation before the next decision.
+                h.stale = true;
+            }
+        }
         Ok(true)
+    }
+
+    /// Record the run's state as it stands in the log (sealed values sealed) in a
+    /// `run.continued` event carrying the run's trace: from now on it is folded from
+    /// there. A command like a person's, decided on the stored stream, so it never
+    /// sees opened values; a run that ended meanwhile is left as it is.
+    async fn continue_as_new(
+        &self,
+        run_id: &str,
+        trace: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Result<(), ExecError> {
+        use crate::domain::Decide;
+        use crate::domain::run::RunCommand;
+        let stream = crate::log::StreamRef::new(StreamType::Run, run_id);
+        let metadata = crate::log::Metadata::actor("awl").with_trace(trace);
+        let result = crate::store::command::Command::new(&self.store, &stream, metadata)
+            .run(|run: &Run| {
+                if run.is_terminal() || run.history_len() < self.config.history_limit.max(2) {
+                    return Ok(Vec::new());
+                }
+                run.decide(RunCommand::Continue { at: now })
+            })
+            .await;
+        match result {
+            Ok(done) => {
+                tracing::info!(run = %run_id, appended = done.appended, "run continued as new");
+                Ok(())
+            }
+            Err(crate::store::command::CommandError::Store(e)) => Err(e.into()),
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "cannot continue the run as new; trying again after its next events");
+                Ok(())
+            }
+        }
     }
 
     /// Claim due runs and fold them.
@@ -359,7 +417,15 @@ impl Worker {
         &self,
         events: &mut [crate::log::RecordedEvent],
     ) -> Result<(Run, i64, Arc<Workflow>, Arc<Protection>), ExecError> {
-        let logged_inputs = events.first().map(|start| start.payload["inputs"].clone());
+        // The inputs as the log keeps them (sealed): in the start event, or in the
+        // state a continuation carries.
+        let logged_inputs = events.first().map(|first| {
+            if first.event_type == crate::log::CONTINUED_EVENT_TYPE {
+                first.payload["state"]["inputs"].clone()
+            } else {
+                first.payload["inputs"].clone()
+            }
+        });
         let keys = self.store.reveal_events(events, Reveal::Plain).await?;
         let (run, version) = domain_io::fold::<Run>(events)?;
         let name = run

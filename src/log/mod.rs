@@ -9,3 +9,8 @@ mod upcast;
 
 pub use event::*;
 pub use upcast::{UpcastError, Upcaster, Upcasters};
+
+/// The type of an event that carries its stream's whole state (a run's continuation:
+/// `run.continued`). Readers of a stream's *state* start at the last one; readers of
+/// its *history* (the audit trail, replay, `awl check`) read every event.
+pub const CONTINUED_EVENT_TYPE: &str = "run.continued";

@@ -22,6 +22,20 @@ impl Runs {
             by: by.to_string(),
             reason: reason.to_string(),
             at: now,
+            workflow: false,
+        })
+        .await
+    }
+
+    /// Pause a run because its whole workflow was paused: resuming the workflow
+    /// resumes it.
+    pub async fn hold(&self, run_id: RunId, by: &str, reason: &str) -> Result<Run, RunsError> {
+        let now = self.now();
+        self.act(run_id, by, false, |_| RunCommand::Pause {
+            by: by.to_string(),
+            reason: reason.to_string(),
+            at: now,
+            workflow: true,
         })
         .await
     }

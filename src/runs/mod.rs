@@ -78,7 +78,7 @@ impl Runs {
     /// see it: secrets redacted, personal data opened while its subject is remembered
     /// and `[erased]` after.
     pub async fn get(&self, run_id: RunId) -> Result<(Run, i64), RunsError> {
-        let mut events = self.store.read_stream(&run_stream(run_id)).await?;
+        let mut events = self.store.read_current(&run_stream(run_id)).await?;
         self.store
             .reveal_events(&mut events, crate::vault::Reveal::View)
             .await?;

@@ -36,7 +36,7 @@ impl Runs {
         changes: Option<Map<String, Value>>,
         by: &str,
     ) -> Result<Started, RunsError> {
-        let logged = self.store.read_stream(&run_stream(origin)).await?;
+        let logged = self.store.read_current(&run_stream(origin)).await?;
         let (recorded, _) = domain_io::fold::<Run>(&logged)?;
         let status = recorded.status().ok_or(RunsError::RunNotFound(origin))?;
         if !status.is_terminal() {
@@ -117,7 +117,7 @@ impl Runs {
 
     /// A run folded with every sealed value opened (as the executor sees it).
     async fn get_plain(&self, run_id: RunId) -> Result<(Run, i64), RunsError> {
-        let mut events = self.store.read_stream(&run_stream(run_id)).await?;
+        let mut events = self.store.read_current(&run_stream(run_id)).await?;
         self.store
             .reveal_events(&mut events, crate::vault::Reveal::Plain)
             .await?;
@@ -185,7 +185,7 @@ impl Runs {
     /// Rerun a failed (or cancelled) run from the top-level step it stopped at: the
     /// first one that did not succeed or get skipped.
     pub async fn retry(&self, origin: RunId, by: &str) -> Result<Started, RunsError> {
-        let logged = self.store.read_stream(&run_stream(origin)).await?;
+        let logged = self.store.read_current(&run_stream(origin)).await?;
         let (recorded, _) = domain_io::fold::<Run>(&logged)?;
         if recorded.status().is_none() {
             return Err(RunsError::RunNotFound(origin));

@@ -25,6 +25,15 @@ use cqrs_es::Aggregate;
 
 use super::{Runs, RunsError, run_stream};
 
+/// A refusal is fine when following a workflow's pause: the run moved on meanwhile
+/// (someone else paused, resumed or cancelled it).
+fn ignore_refusal(result: Result<Run, RunsError>) -> Result<(), RunsError> {
+    match result {
+        Ok(_) | Err(RunsError::Run(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Names a run started with an idempotency key.
 const RUN_KEY_NAMESPACE: Uuid = Uuid::from_u128(0x2f6b_8c1d_5e4a_4b9f_a7c3_1d8e_6f2a_0b54);
 
@@ -188,6 +197,9 @@ impl Runs {
             }
             None => Vec::new(),
         };
+        // A run of a paused workflow starts paused: it queues until the workflow is
+        // resumed.
+        let held = self.workflow_hold(&registered.name, now).await?;
         let stream = run_stream(run_id);
         let done = Command::new(&self.store, &stream, Metadata::actor(by))
             .wakes(now, |_: &Run| vec![run_id.to_string()])
@@ -197,15 +209,16 @@ impl Runs {
                     return Ok(Vec::new());
                 }
                 let mut events: Vec<RunEvent> = run.decide(command.clone())?;
-                if carried.is_empty() {
+                if carried.is_empty() && held.is_none() {
                     return Ok(events);
                 }
-                // A rerun's or fork's carried steps, decided on the run as started.
+                // A rerun's or fork's carried steps and a workflow's hold, decided on
+                // the run as started.
                 let mut scratch = run.clone();
                 for e in &events {
                     scratch.apply(e.clone());
                 }
-                for carry in &carried {
+                for carry in carried.iter().chain(held.iter()) {
                     let more: Result<Vec<RunEvent>, RunError> = scratch.decide(carry.clone());
                     for e in more? {
                         scratch.apply(e.clone());
@@ -226,12 +239,52 @@ impl Runs {
                 });
             }
         }
+        if done.appended > 0 {
+            self.follow_workflow_hold(&registered.name, run_id, held.is_some(), by)
+                .await?;
+        }
         Ok(Started {
             run_id,
             workflow: registered.name.clone(),
             version: run.workflow_version().to_string(),
             created: done.appended > 0,
         })
+    }
+
+    /// The pause a new run of `workflow` starts with while the workflow is paused.
+    async fn workflow_hold(
+        &self,
+        workflow: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<RunCommand>, RunsError> {
+        let state = definitions::catalog::load(&self.store, workflow).await?;
+        Ok(state.paused().map(|hold| RunCommand::Pause {
+            by: hold.by.clone(),
+            reason: hold.reason.clone(),
+            at: now,
+            workflow: true,
+        }))
+    }
+
+    /// Read the workflow's pause again after the start committed, and follow it if it
+    /// changed meanwhile. A workflow pause records itself before it selects the runs to
+    /// hold (reading the log up to its head), so a start this read does not see paused
+    /// committed before that selection, which holds it; likewise for a resume.
+    async fn follow_workflow_hold(
+        &self,
+        workflow: &str,
+        run_id: RunId,
+        started_held: bool,
+        by: &str,
+    ) -> Result<(), RunsError> {
+        let now = self.now();
+        match (self.workflow_hold(workflow, now).await?, started_held) {
+            (Some(RunCommand::Pause { by, reason, .. }), false) => {
+                ignore_refusal(self.hold(run_id, &by, &reason).await)
+            }
+            (None, true) => ignore_refusal(self.resume(run_id, by).await),
+            _ => Ok(()),
+        }
     }
 
     /// Seal the secret and personal inputs (creating their keys), so the start event

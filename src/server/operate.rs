@@ -1,7 +1,8 @@
 //! Operators' actions on runs, done the same way by REST and MCP: pausing, resuming and
 //! cancelling one run (with the reason recorded, a default one when none is given),
 //! and bulk actions (a dry run's count, or a planned action carried out in the
-//! background). Both adapters call these, so the two cannot drift apart.
+//! background), and pausing or resuming a whole workflow. Both adapters call these, so
+//! the two cannot drift apart.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -11,7 +12,7 @@ use crate::domain::ids::RunId;
 
 use super::AppState;
 use super::error::ApiError;
-use super::wire::{BulkRequest, BulkView, RunView};
+use super::wire::{BulkRequest, BulkView, RunView, WorkflowControlView};
 
 type Api<T> = Result<T, ApiError>;
 
@@ -72,4 +73,40 @@ pub async fn bulk(app: &AppState, by: &str, req: BulkRequest) -> Api<(bool, Bulk
         .unwrap_or_else(|| format!("bulk {} by {by}", action.as_str()));
     let planned = app.bulk.start(action, filter, &reason, by).await?;
     Ok((false, BulkView::of(&planned)))
+}
+
+/// What an operator does to a whole workflow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkflowControl {
+    /// Hold its active runs (no new step starts) and start new runs paused.
+    Pause,
+    /// Let the runs the pause held, and the runs that queued, go on.
+    Resume,
+}
+
+/// Pause or resume `workflow` as `by`: recorded on the workflow's stream, then a bulk
+/// action over its runs carried out in the background (its id in the answer).
+pub async fn control_workflow(
+    app: &AppState,
+    by: &str,
+    workflow: &str,
+    action: WorkflowControl,
+    reason: Option<String>,
+) -> Api<WorkflowControlView> {
+    let planned = match action {
+        WorkflowControl::Pause => {
+            let reason = reason.unwrap_or_else(|| format!("paused by {by}"));
+            Some(app.bulk.pause_workflow(workflow, &reason, by).await?)
+        }
+        WorkflowControl::Resume => app.bulk.resume_workflow(workflow, by).await?,
+    };
+    if let Some(planned) = &planned {
+        app.bulk.carry_out_in_background(planned, by);
+    }
+    Ok(WorkflowControlView {
+        workflow: workflow.to_string(),
+        paused: action == WorkflowControl::Pause,
+        bulk: planned.as_ref().map(BulkView::of),
+    })
 }

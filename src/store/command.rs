@@ -193,7 +193,7 @@ impl<'a, A: Aggregate> Command<'a, A> {
     async fn load<E>(&self) -> Result<(A, i64, usize), CommandError<E>> {
         let events = self
             .store
-            .read_stream(self.stream)
+            .read_current(self.stream)
             .await
             .map_err(CommandError::Store)?;
         let own = events

@@ -87,5 +87,5 @@ pub async fn load<A: Aggregate>(
     store: &EventStore,
     stream: &StreamRef,
 ) -> Result<(A, i64), StoreError> {
-    fold(&store.read_stream(stream).await?)
+    fold(&store.read_current(stream).await?)
 }

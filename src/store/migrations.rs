@@ -54,6 +54,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "subject keys",
         include_str!("../../migrations/postgres/0009_subject_keys.sql"),
     ),
+    (
+        10,
+        "continued index",
+        include_str!("../../migrations/postgres/0010_continued_index.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -101,6 +106,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         9,
         "subject keys",
         include_str!("../../migrations/sqlite/0009_subject_keys.sql"),
+    ),
+    (
+        10,
+        "continued index",
+        include_str!("../../migrations/sqlite/0010_continued_index.sql"),
     ),
 ];
 

@@ -220,7 +220,18 @@ impl EventStore {
         Ok((events, scanned))
     }
 
-    /// Every event of several streams of one type, by stream id (one query).
+    /// The events of a stream its state is folded from: from its last continuation
+    /// (an event carrying the whole state, [`crate::log::CONTINUED_EVENT_TYPE`]) on,
+    /// or every event when it has none. For its history, [`EventStore::read_stream`].
+    pub async fn read_current(&self, stream: &StreamRef) -> Result<Vec<RecordedEvent>, StoreError> {
+        let mut streams = self
+            .read_streams(stream.kind, std::slice::from_ref(&stream.id))
+            .await?;
+        Ok(streams.remove(&stream.id).unwrap_or_default())
+    }
+
+    /// The events several streams of one type are folded from (each from its last
+    /// continuation, as [`EventStore::read_current`]), by stream id, in one query.
     pub async fn read_streams(
         &self,
         kind: crate::log::StreamType,

@@ -137,12 +137,15 @@ impl PgBackend {
         kind: crate::log::StreamType,
         ids: &[String],
     ) -> Result<Vec<RawEvent>, StoreError> {
+        // From each stream's last continuation (one probe of a partial index per
+        // stream), or from its start.
         let sql = const_format(
-            "SELECT {COLUMNS} FROM events WHERE stream_type = $1 AND stream_id = ANY($2) ORDER BY stream_id, version",
+            "WITH starts AS (                SELECT c.stream_id AS sid, max(c.version) AS v FROM events c                 WHERE c.stream_type = $1 AND c.stream_id = ANY($2) AND c.event_type = $3                 GROUP BY c.stream_id)              SELECT {COLUMNS} FROM events LEFT JOIN starts ON sid = stream_id               WHERE stream_type = $1 AND stream_id = ANY($2) AND version >= COALESCE(v, 0)               ORDER BY stream_id, version",
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(kind.as_str())
             .bind(ids)
+            .bind(crate::log::CONTINUED_EVENT_TYPE)
             .fetch_all(&self.pool)
             .await
             .map_err(StoreError::db(format!(

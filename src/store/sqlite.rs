@@ -143,12 +143,18 @@ impl SqliteBackend {
         kind: crate::log::StreamType,
         ids: &[String],
     ) -> Result<Vec<RawEvent>, StoreError> {
+        // From each stream's last continuation, or from its start.
         let sql = format!(
-            "{SELECT} WHERE stream_type = ?1 AND stream_id IN (SELECT value FROM json_each(?2)) ORDER BY stream_id, version"
+            "{SELECT} WHERE stream_type = ?1 AND stream_id IN (SELECT value FROM json_each(?2)) \
+               AND version >= COALESCE((SELECT max(c.version) FROM events c \
+                    WHERE c.stream_type = ?1 AND c.stream_id = events.stream_id \
+                      AND c.event_type = ?3), 0) \
+             ORDER BY stream_id, version"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(kind.as_str())
             .bind(serde_json::Value::from(ids.to_vec()).to_string())
+            .bind(crate::log::CONTINUED_EVENT_TYPE)
             .fetch_all(&self.reader)
             .await
             .map_err(StoreError::db(format!(

@@ -4,7 +4,8 @@
 //! run, and the refusals that say what state the run is in; workflow versions (a run
 //! finishes on the version it started with, `awl workflows list|show|diff|retire`);
 //! reruns from a step and forks, with their side effects counted; a bulk cancel over a
-//! filter, its process killed mid-way and carried on.
+//! filter, its process killed mid-way and carried on; a whole workflow paused (its
+//! runs held, new runs queued) and resumed; a long run that continues as new.
 
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ on_both_stores!(worker_threads = 2;
     a_run_finishes_on_its_version_and_a_retired_version_takes_no_new_runs,
     a_rerun_from_a_step_keeps_the_steps_before_it_and_a_fork_changes_inputs,
     a_bulk_cancel_counts_first_survives_a_crash_and_acts_once,
+    a_paused_workflow_holds_its_runs_and_queues_new_ones,
+    a_long_run_continues_as_new_and_replays_from_there,
 );
 
 const LIMIT: u64 = 60;
@@ -392,6 +395,72 @@ async fn runs_are_paused_resumed_and_cancelled_over_http(backend: Backend) {
     )
     .await;
     assert!(refused.contains("may not call rerun_run"), "{refused}");
+    // The whole workflow paused over REST (a viewer may not): a run started now
+    // starts paused; resumed over MCP, that run goes on and the runs paused by hand
+    // stay paused.
+    let (status, body) = api
+        .call(
+            Some(&tk.viewer),
+            Method::POST,
+            "/api/v1/workflows/gated/pause",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 403, "{body}");
+    let (status, held) = api
+        .call(
+            Some(&tk.operator),
+            Method::POST,
+            "/api/v1/workflows/gated/pause",
+            Some(json!({"reason": "upstream outage"})),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 202, "{held}");
+    assert_eq!(held["paused"], true, "{held}");
+    let (status, again) = api
+        .call(
+            Some(&tk.operator),
+            Method::POST,
+            "/api/v1/workflows/gated/pause",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 409, "{again}");
+    assert!(again.to_string().contains("already paused"), "{again}");
+    let queued = api
+        .ok(
+            &tk.operator,
+            Method::POST,
+            "/api/v1/runs",
+            json!({"workflow": "gated"}),
+        )
+        .await;
+    let queued = queued["run_id"].as_str().expect("run id").to_string();
+    let view = run_reaches(&api, &tk.viewer, &queued, "PAUSED").await;
+    assert!(
+        view["open_gates"].as_array().is_none_or(Vec::is_empty),
+        "{view}"
+    );
+    assert!(
+        view["paused"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("upstream outage"),
+        "{view}"
+    );
+    let resumed = mcp_call(
+        &api,
+        &tk.operator,
+        23,
+        "control_workflow",
+        json!({"workflow": "gated", "action": "resume"}),
+    )
+    .await;
+    assert!(resumed.contains("\"total\":1"), "{resumed}");
+    run_reaches(&api, &tk.viewer, &queued, "WAITING").await;
+    for run in &waiting {
+        run_reaches(&api, &tk.viewer, run, "PAUSED").await;
+    }
     server.shutdown().await.expect("stop");
 }
 
@@ -776,6 +845,162 @@ async fn a_bulk_cancel_counts_first_survives_a_crash_and_acts_once(backend: Back
         assert_eq!(e.payload["reason"], "customer left", "{e:?}");
     }
     assert_eq!(cancelled, of_acme, "exactly the acme runs are cancelled");
+    let check = awl.ok(&["check"]).await;
+    assert!(check.contains("no problems"), "{check}");
+}
+
+async fn a_paused_workflow_holds_its_runs_and_queues_new_ones(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("held.awl.yaml");
+    std::fs::write(&file, HELD).expect("write");
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let marks = |name: &str| dir.path().join(format!("{name}.txt"));
+    let start = |name: &'static str| {
+        let (awl, file, marks) = (&awl, &file, marks(name));
+        async move {
+            let out = awl
+                .output(&[
+                    "run",
+                    "--detach",
+                    file.to_str().expect("utf-8"),
+                    "--var",
+                    &format!("marks={}", marks.display()),
+                ])
+                .await;
+            stdout_of("awl run --detach", out).trim().to_string()
+        }
+    };
+    let (held, by_hand) = (start("held").await, start("by_hand").await);
+    let _w1 = awl.worker(dir.path().join("w1.log"), &[]);
+    let _w2 = awl.worker(dir.path().join("w2.log"), &[]);
+    for run in [&held, &by_hand] {
+        poll(LIMIT, async || {
+            (phase(&awl.status(run).await, "slow") == "running").then_some(())
+        })
+        .await
+        .expect("the slow step runs");
+    }
+    awl.ok(&["pause", &by_hand, "--by", "ops"]).await;
+    let said = awl
+        .ok(&[
+            "workflows",
+            "pause",
+            "held",
+            "--reason",
+            "db migration",
+            "--by",
+            "ops",
+        ])
+        .await;
+    assert!(said.contains("1 active runs held"), "{said}");
+    let listed = awl.ok(&["workflows", "list"]).await;
+    assert!(listed.contains("PAUSED by ops"), "{listed}");
+    // A run started while the workflow is paused queues: it starts no step.
+    let queued = start("queued").await;
+    for run in [&held, &by_hand] {
+        let status = wait_for(LIMIT, "the slow step to finish", async || {
+            let s = awl.status(run).await;
+            (phase(&s, "slow") == "succeeded").then_some(s)
+        })
+        .await;
+        assert_eq!(status["status"], "PAUSED", "{status:#}");
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = awl.status(&queued).await;
+    assert_eq!(status["status"], "PAUSED", "{status:#}");
+    assert_eq!(phase(&status, "slow"), "none", "{status:#}");
+    assert_eq!(phase(&awl.status(&held).await, "after"), "none");
+    assert!(!marks("queued").exists());
+    // Resumed: the held and the queued runs go on; the one paused by hand stays.
+    let said = awl
+        .ok(&["workflows", "resume", "held", "--by", "ops"])
+        .await;
+    assert!(said.contains("2 held runs go on"), "{said}");
+    for run in [&held, &queued] {
+        awl_run_reaches(&awl, run, "SUCCEEDED").await;
+    }
+    assert_eq!(awl.status(&by_hand).await["status"], "PAUSED");
+    assert_eq!(
+        std::fs::read_to_string(marks("held")).expect("marks"),
+        "slow\nafter\n"
+    );
+    let events = awl.ok(&["events", "--json", "--stream", "held"]).await;
+    assert!(
+        events.contains("workflow.paused") && events.contains("workflow.resumed"),
+        "{events}"
+    );
+    for run in [&held, &queued] {
+        awl.ok(&["replay", run]).await;
+    }
+    let check = awl.ok(&["check"]).await;
+    assert!(check.contains("no problems"), "{check}");
+}
+
+/// Fails four times (a fifth would open the step's circuit breaker), then prints what
+/// it was given: a history of retries.
+const POLLING: &str = r#"
+name: polling
+version: "1.0.0"
+inputs:
+  count: { type: string, required: true }
+  token: { type: string, required: true, secret: true }
+steps:
+  - id: poll
+    type: shell
+    script: 'n=$(cat "$COUNT" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$COUNT"; [ "$n" -ge 5 ] && echo "ready $TOKEN"'
+    env: { COUNT: "${{ inputs.count }}", TOKEN: "${{ inputs.token }}" }
+    retry: { max_attempts: 20, backoff: constant, base_seconds: 0 }
+  - id: after
+    type: shell
+    script: 'echo "after: $SAID"'
+    env: { SAID: "${{ steps.poll.outputs.stdout }}" }
+"#;
+
+async fn a_long_run_continues_as_new_and_replays_from_there(backend: Backend) {
+    const TOKEN: &str = "tok-5f0c1e2d9a";
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("polling.awl.yaml");
+    std::fs::write(&file, POLLING).expect("write");
+    let count = dir.path().join("count.txt");
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let run_id = stdout_of(
+        "awl run --detach",
+        awl.output(&[
+            "run",
+            "--detach",
+            file.to_str().expect("utf-8"),
+            "--var",
+            &format!("count={}", count.display()),
+            "--var",
+            &format!("token={TOKEN}"),
+        ])
+        .await,
+    )
+    .trim()
+    .to_string();
+    let limit = ["--history-limit", "6"];
+    let _w1 = awl.worker(dir.path().join("w1.log"), &limit);
+    let _w2 = awl.worker(dir.path().join("w2.log"), &limit);
+    let status = awl_run_reaches(&awl, &run_id, "SUCCEEDED").await;
+    // Every attempt ran once, whichever segment of the history it fell in.
+    assert_eq!(std::fs::read_to_string(&count).expect("count").trim(), "5");
+    let said = step(&status, "after")["output"]["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(said.trim(), "after: ready [redacted]", "{status:#}");
+    let events = awl.ok(&["events", "--json", "--stream", &run_id]).await;
+    let continued = events.matches("\"run.continued\"").count();
+    assert!(continued >= 3, "{continued} continuations in\n{events}");
+    assert!(
+        !events.contains(TOKEN),
+        "the secret stays sealed in every continuation"
+    );
+    // Replay walks the whole history and checks each continuation carries the state
+    // its history folds to; the log and the projections check out.
+    awl.ok(&["replay", &run_id]).await;
     let check = awl.ok(&["check"]).await;
     assert!(check.contains("no problems"), "{check}");
 }

@@ -30,6 +30,9 @@ pub enum BulkAction {
     Resume,
     /// Rerun a failed run from the top-level step it failed at.
     Retry,
+    /// Pause for pausing the whole workflow: resuming the workflow lifts it. Planned
+    /// by a workflow pause, never asked for by name.
+    Hold,
 }
 
 impl std::str::FromStr for BulkAction {
@@ -54,6 +57,7 @@ impl BulkAction {
             Self::Pause => "pause",
             Self::Resume => "resume",
             Self::Retry => "retry",
+            Self::Hold => "hold",
         }
     }
 }

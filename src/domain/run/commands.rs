@@ -151,6 +151,8 @@ pub enum RunCommand {
         by: String,
         reason: String,
         at: DateTime<Utc>,
+        /// For pausing the whole workflow (recorded, so a workflow resume lifts it).
+        workflow: bool,
     },
     /// Let a paused run start steps again.
     Resume { by: String, at: DateTime<Utc> },
@@ -159,6 +161,8 @@ pub enum RunCommand {
         reason: String,
         at: DateTime<Utc>,
     },
+    /// Continue as new: record the whole state (compacted) so replay starts here.
+    Continue { at: DateTime<Utc> },
 }
 
 impl RunCommand {
@@ -187,6 +191,7 @@ impl RunCommand {
             Self::Pause { .. } => RunAction::Pause,
             Self::Resume { .. } => RunAction::Resume,
             Self::Cancel { .. } => RunAction::Cancel,
+            Self::Continue { .. } => RunAction::Continue,
         }
     }
 }
@@ -216,6 +221,7 @@ pub enum RunAction {
     Cancel,
     CarryStep,
     NoteDerived,
+    Continue,
 }
 
 impl RunAction {
@@ -242,6 +248,7 @@ impl RunAction {
             Self::CarryStep => "carry",
             Self::NoteDerived => "note a run derived from",
             Self::Cancel => "cancel",
+            Self::Continue => "continue",
         }
     }
 }
@@ -271,6 +278,7 @@ impl fmt::Display for RunAction {
             Self::CarryStep => "carry a step",
             Self::NoteDerived => "note a derived run",
             Self::Cancel => "cancel",
+            Self::Continue => "continue the run as new",
         })
     }
 }

@@ -547,10 +547,20 @@ impl Decide for Run {
                 }])
             }
 
-            RunCommand::Pause { by, reason, at } => {
+            RunCommand::Pause {
+                by,
+                reason,
+                at,
+                workflow,
+            } => {
                 check.status_in(PAUSABLE)?;
                 check.not_empty("by", &by)?;
-                Ok(vec![RunEvent::Paused { by, reason, at }])
+                Ok(vec![RunEvent::Paused {
+                    by,
+                    reason,
+                    at,
+                    workflow,
+                }])
             }
 
             RunCommand::Resume { by, at } => {
@@ -563,6 +573,16 @@ impl Decide for Run {
                 check.status_in(STOPPABLE)?;
                 check.not_empty("by", &by)?;
                 Ok(vec![RunEvent::Cancelled { by, reason, at }])
+            }
+
+            // A finished run's history does not grow: only a run that still moves
+            // continues as new.
+            RunCommand::Continue { at } => {
+                check.status_in(STOPPABLE)?;
+                Ok(vec![RunEvent::Continued {
+                    state: Box::new(self.compacted()),
+                    at,
+                }])
             }
         }
     }

@@ -192,6 +192,9 @@ pub enum RunEvent {
         by: String,
         reason: String,
         at: DateTime<Utc>,
+        /// Paused because the whole workflow was paused (a workflow resume lifts it).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        workflow: bool,
     },
     /// Someone resumed a paused run.
     #[serde(rename = "run.resumed")]
@@ -201,6 +204,15 @@ pub enum RunEvent {
     Cancelled {
         by: String,
         reason: String,
+        at: DateTime<Utc>,
+    },
+    /// The run's history grew past its limit and continues as new from here: the
+    /// whole state as folded up to this event (as the log holds it: sealed values
+    /// sealed, old attempts compacted), so a reader of the run's state starts here
+    /// instead of at `run.started`. The events before it stay in the log as history.
+    #[serde(rename = "run.continued")]
+    Continued {
+        state: Box<super::Run>,
         at: DateTime<Utc>,
     },
 }
@@ -241,7 +253,8 @@ impl RunEvent {
             | Self::CostCharged { .. }
             | Self::BudgetExceeded { .. }
             | Self::Resumed { .. }
-            | Self::Derived { .. } => Vec::new(),
+            | Self::Derived { .. }
+            | Self::Continued { .. } => Vec::new(),
         }
     }
 
@@ -270,6 +283,7 @@ impl RunEvent {
             | Self::Resumed { at, .. }
             | Self::StepCarried { at, .. }
             | Self::Derived { at, .. }
+            | Self::Continued { at, .. }
             | Self::Cancelled { at, .. } => *at,
         }
     }
@@ -301,6 +315,7 @@ impl DomainEvent for RunEvent {
             Self::Paused { .. } => "run.paused",
             Self::Resumed { .. } => "run.resumed",
             Self::Cancelled { .. } => "run.cancelled",
+            Self::Continued { .. } => crate::log::CONTINUED_EVENT_TYPE,
         }
         .to_string()
     }

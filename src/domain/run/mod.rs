@@ -92,6 +92,21 @@ pub struct Run {
     outcome: Option<RunOutcome>,
     started_at: Option<DateTime<Utc>>,
     updated_at: Option<DateTime<Utc>>,
+    /// Events folded since the run started or last continued as new (not part of
+    /// the state a continuation carries, nor of a read model's copy).
+    #[serde(skip)]
+    history: HistoryLen,
+}
+
+/// A count of folded events that is not part of what a run *is*: two states folded
+/// from histories of different lengths (one of them continued as new) are equal.
+#[derive(Debug, Clone, Copy, Default)]
+struct HistoryLen(u64);
+
+impl PartialEq for HistoryLen {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Run {
@@ -123,6 +138,30 @@ impl Run {
     /// Who paused the run, while it is paused: no step starts.
     pub fn paused(&self) -> Option<&Pause> {
         self.paused.as_ref()
+    }
+
+    /// How many events the state was folded from since the run started or last
+    /// continued as new: what the executor holds against the history limit.
+    pub fn history_len(&self) -> u64 {
+        self.history.0
+    }
+
+    /// The state a continuation carries: this one, with each step's attempts cut to
+    /// what deciding still reads (the last two, and the latest that raised the
+    /// timeout). Cost and token totals are kept as totals.
+    pub fn compacted(&self) -> Run {
+        let mut state = self.clone();
+        for attempts in state.attempts.values_mut() {
+            let keep_from = attempts.len().saturating_sub(2);
+            let timeout = attempts[..keep_from]
+                .iter()
+                .rposition(|a| matches!(a.recovery, Some(RecoveryAction::IncreaseTimeout { .. })));
+            let mut kept: Vec<Attempt> = timeout.map(|i| attempts[i].clone()).into_iter().collect();
+            kept.extend(attempts.drain(keep_from..));
+            *attempts = kept;
+        }
+        state.history = HistoryLen(0);
+        state
     }
 
     /// SUCCEEDED, FAILED or CANCELLED.
@@ -321,6 +360,10 @@ impl Run {
     /// never fails, since `decide` already refused whatever was not allowed.
     fn apply_event(&mut self, event: RunEvent) {
         self.updated_at = Some(event.at());
+        let history = match event {
+            RunEvent::Continued { .. } => HistoryLen(1),
+            _ => HistoryLen(self.history.0 + 1),
+        };
         match event {
             RunEvent::Started {
                 run_id,
@@ -602,8 +645,18 @@ impl Run {
                 by,
                 at,
             }),
-            RunEvent::Paused { by, reason, at } => {
-                self.paused = Some(Pause { by, reason, at });
+            RunEvent::Paused {
+                by,
+                reason,
+                at,
+                workflow,
+            } => {
+                self.paused = Some(Pause {
+                    by,
+                    reason,
+                    at,
+                    workflow,
+                });
             }
             RunEvent::Resumed { .. } => {
                 self.paused = None;
@@ -611,8 +664,10 @@ impl Run {
             RunEvent::Cancelled { by, reason, at } => {
                 self.end(RunOutcome::Cancelled { by, reason, at });
             }
+            RunEvent::Continued { state, .. } => *self = *state,
         }
         self.settle();
+        self.history = history;
     }
 
     fn decide_gate(&mut self, gate_id: &GateId, decision: GateDecision) {

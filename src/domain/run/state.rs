@@ -347,6 +347,9 @@ pub struct Pause {
     pub by: String,
     pub reason: String,
     pub at: DateTime<Utc>,
+    /// The pause came from pausing the whole workflow: resuming the workflow lifts it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub workflow: bool,
 }
 
 /// How a finished run ended.

@@ -65,6 +65,14 @@ pub enum WorkflowCommand {
         reason: String,
         at: DateTime<Utc>,
     },
+    /// Hold every run of the workflow: no new step starts, new runs queue.
+    Pause {
+        by: String,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    /// Let a paused workflow's runs go on.
+    Resume { by: String, at: DateTime<Utc> },
 }
 
 impl WorkflowCommand {
@@ -77,6 +85,8 @@ impl WorkflowCommand {
             Self::RejectProposal { .. } => WorkflowAction::RejectProposal,
             Self::RetireVersion { .. } => WorkflowAction::RetireVersion,
             Self::RetireWorkflow { .. } => WorkflowAction::RetireWorkflow,
+            Self::Pause { .. } => WorkflowAction::Pause,
+            Self::Resume { .. } => WorkflowAction::Resume,
         }
     }
 }
@@ -90,16 +100,20 @@ pub enum WorkflowAction {
     RejectProposal,
     RetireVersion,
     RetireWorkflow,
+    Pause,
+    Resume,
 }
 
 impl WorkflowAction {
-    pub const ALL: [WorkflowAction; 6] = [
+    pub const ALL: [WorkflowAction; 8] = [
         Self::Register,
         Self::Propose,
         Self::ApproveProposal,
         Self::RejectProposal,
         Self::RetireVersion,
         Self::RetireWorkflow,
+        Self::Pause,
+        Self::Resume,
     ];
 }
 
@@ -112,6 +126,8 @@ impl fmt::Display for WorkflowAction {
             Self::RejectProposal => "reject a proposal",
             Self::RetireVersion => "retire a version",
             Self::RetireWorkflow => "retire the workflow",
+            Self::Pause => "pause the workflow",
+            Self::Resume => "resume the workflow",
         })
     }
 }

@@ -190,6 +190,31 @@ impl Decide for WorkflowDefinition {
                 self.not_retired(&check)?;
                 Ok(vec![WorkflowEvent::Retired { by, reason, at }])
             }
+
+            // Allowed in a retired workflow: its runs already started may be held.
+            WorkflowCommand::Pause { by, reason, at } => {
+                let check = self.existing(action)?;
+                check.not_empty("by", &by)?;
+                check.not_empty("reason", &reason)?;
+                if let Some(hold) = &self.paused {
+                    return Err(WorkflowError::AlreadyPaused {
+                        workflow: check.workflow,
+                        hold: hold.clone(),
+                    });
+                }
+                Ok(vec![WorkflowEvent::Paused { by, reason, at }])
+            }
+
+            WorkflowCommand::Resume { by, at } => {
+                let check = self.existing(action)?;
+                check.not_empty("by", &by)?;
+                if self.paused.is_none() {
+                    return Err(WorkflowError::NotPaused {
+                        workflow: check.workflow,
+                    });
+                }
+                Ok(vec![WorkflowEvent::Resumed { by, at }])
+            }
         }
     }
 }

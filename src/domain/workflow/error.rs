@@ -91,6 +91,15 @@ pub enum WorkflowError {
         retirement: Retirement,
     },
 
+    #[error("workflow {workflow} is already paused ({hold}): cannot pause it again")]
+    AlreadyPaused {
+        workflow: WorkflowName,
+        hold: Retirement,
+    },
+
+    #[error("workflow {workflow} is not paused: cannot resume it")]
+    NotPaused { workflow: WorkflowName },
+
     #[error("workflow {workflow} has no proposal {proposal}: cannot {action}")]
     UnknownProposal {
         workflow: WorkflowName,

@@ -75,6 +75,17 @@ pub enum WorkflowEvent {
         reason: String,
         at: DateTime<Utc>,
     },
+    /// A person paused the whole workflow: its runs are paused (by a bulk action), and
+    /// runs started while it is paused start paused (queued) until it is resumed.
+    #[serde(rename = "workflow.paused")]
+    Paused {
+        by: String,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    /// A person resumed a paused workflow: the runs its pause held go on.
+    #[serde(rename = "workflow.resumed")]
+    Resumed { by: String, at: DateTime<Utc> },
 }
 
 impl WorkflowEvent {
@@ -86,7 +97,9 @@ impl WorkflowEvent {
             | Self::ProposalApproved { at, .. }
             | Self::ProposalRejected { at, .. }
             | Self::VersionRetired { at, .. }
-            | Self::Retired { at, .. } => *at,
+            | Self::Retired { at, .. }
+            | Self::Paused { at, .. }
+            | Self::Resumed { at, .. } => *at,
         }
     }
 }
@@ -100,6 +113,8 @@ impl DomainEvent for WorkflowEvent {
             Self::ProposalRejected { .. } => "workflow.proposal_rejected",
             Self::VersionRetired { .. } => "workflow.version_retired",
             Self::Retired { .. } => "workflow.retired",
+            Self::Paused { .. } => "workflow.paused",
+            Self::Resumed { .. } => "workflow.resumed",
         }
         .to_string()
     }

@@ -66,6 +66,9 @@ pub struct WorkflowDefinition {
     versions: BTreeMap<Version, RegisteredVersion>,
     proposals: BTreeMap<ProposalId, Proposal>,
     retirement: Option<Retirement>,
+    /// Who paused the whole workflow, while it is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    paused: Option<Retirement>,
     created_at: Option<DateTime<Utc>>,
     updated_at: Option<DateTime<Utc>>,
 }
@@ -153,6 +156,12 @@ impl WorkflowDefinition {
     /// Who retired the workflow, when and why.
     pub fn retirement(&self) -> Option<&Retirement> {
         self.retirement.as_ref()
+    }
+
+    /// Who paused the whole workflow, when and why, while it is paused: its runs
+    /// start no step and new runs start paused.
+    pub fn paused(&self) -> Option<&Retirement> {
+        self.paused.as_ref()
     }
 
     /// The time of the first event.
@@ -267,6 +276,10 @@ impl WorkflowDefinition {
             WorkflowEvent::Retired { by, reason, at } => {
                 self.retirement = Some(Retirement { by, reason, at });
             }
+            WorkflowEvent::Paused { by, reason, at } => {
+                self.paused = Some(Retirement { by, reason, at });
+            }
+            WorkflowEvent::Resumed { .. } => self.paused = None,
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::domain::ids::ProposalId;
 
 use super::types::{ContentHash, Evidence, Version, VersionSource};
 
-/// Who retired a version or a workflow, when and why.
+/// Who retired a version or a workflow (or paused a workflow), when and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Retirement {
     pub by: String,

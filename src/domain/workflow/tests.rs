@@ -20,7 +20,7 @@ use crate::log::StreamType;
 
 impl Stream for WorkflowEvent {
     type Of = WorkflowDefinition;
-    const VARIANTS: usize = 6;
+    const VARIANTS: usize = 8;
 
     fn variant(&self) -> usize {
         match self {
@@ -30,6 +30,8 @@ impl Stream for WorkflowEvent {
             WorkflowEvent::ProposalRejected { .. } => 3,
             WorkflowEvent::VersionRetired { .. } => 4,
             WorkflowEvent::Retired { .. } => 5,
+            WorkflowEvent::Paused { .. } => 6,
+            WorkflowEvent::Resumed { .. } => 7,
         }
     }
 
@@ -1157,7 +1159,101 @@ fn rows() -> Vec<Row> {
                 WorkflowRetired => workflow_retired(A::RetireWorkflow),
             },
         },
+        Row {
+            name: "pause the workflow",
+            when: pause(now()),
+            then: |state| match state {
+                New => not_found(A::Pause),
+                _ => Ok(vec![paused(now())]),
+            },
+        },
+        Row {
+            name: "resume the workflow",
+            when: resume(now()),
+            then: |state| match state {
+                New => not_found(A::Resume),
+                _ => Err(WorkflowError::NotPaused { workflow: deploy() }),
+            },
+        },
     ]
+}
+
+fn pause(at: DateTime<Utc>) -> WorkflowCommand {
+    WorkflowCommand::Pause {
+        by: "dave".into(),
+        reason: "the payments API is down".into(),
+        at,
+    }
+}
+fn paused(at: DateTime<Utc>) -> WorkflowEvent {
+    WorkflowEvent::Paused {
+        by: "dave".into(),
+        reason: "the payments API is down".into(),
+        at,
+    }
+}
+fn resume(at: DateTime<Utc>) -> WorkflowCommand {
+    WorkflowCommand::Resume {
+        by: "erin".into(),
+        at,
+    }
+}
+
+#[test]
+fn a_paused_workflow_resumes_once_and_pauses_once() {
+    let now = t(LATE);
+    let held = after(State::Registered, [paused(t(5))]);
+    check(vec![
+        case(
+            "resume a paused workflow",
+            held.clone(),
+            resume(now),
+            Ok(vec![WorkflowEvent::Resumed {
+                by: "erin".into(),
+                at: now,
+            }]),
+        ),
+        case(
+            "pause a paused workflow",
+            held.clone(),
+            pause(now),
+            Err(WorkflowError::AlreadyPaused {
+                workflow: deploy(),
+                hold: Retirement {
+                    by: "dave".into(),
+                    reason: "the payments API is down".into(),
+                    at: t(5),
+                },
+            }),
+        ),
+        case(
+            "pause without a reason",
+            path(State::Registered),
+            WorkflowCommand::Pause {
+                by: "dave".into(),
+                reason: " ".into(),
+                at: now,
+            },
+            empty(A::Pause, "reason"),
+        ),
+        case(
+            "pause again after a resume",
+            then(
+                held.clone(),
+                [WorkflowEvent::Resumed {
+                    by: "erin".into(),
+                    at: t(6),
+                }],
+            ),
+            pause(now),
+            Ok(vec![paused(now)]),
+        ),
+    ]);
+    assert!(fold(held.clone()).paused().is_some());
+    assert!(
+        fold(held).runnable(&v1()).is_ok(),
+        "a paused workflow takes runs (they queue)"
+    );
 }
 
 /// When the matrix issues its commands.
@@ -1186,7 +1282,7 @@ fn every_command_in_every_state() {
             ));
         }
     }
-    assert_eq!(check(cases), 14 * 7);
+    assert_eq!(check(cases), 16 * 7);
 }
 
 #[test]
@@ -1825,6 +1921,11 @@ fn every_event() -> Vec<WorkflowEvent> {
         rejected(p1(), t(3)),
         version_retired(v1(), t(4)),
         retired(t(5)),
+        paused(t(6)),
+        WorkflowEvent::Resumed {
+            by: "erin".into(),
+            at: t(7),
+        },
     ];
     events.extend(approval(p1(), 'd', v2(), t(2)));
     events
@@ -1902,6 +2003,14 @@ fn payloads_read_as_documented() {
             }}),
         ),
         (
+            paused(t(6)),
+            json!({"workflow.paused": {
+                "by": "dave",
+                "reason": "the payments API is down",
+                "at": "2025-01-01T12:00:06Z",
+            }}),
+        ),
+        (
             version_retired(v1(), t(4)),
             json!({"workflow.version_retired": {
                 "version": "1.0.0",
@@ -1916,6 +2025,16 @@ fn payloads_read_as_documented() {
                 "by": "carol",
                 "reason": "superseded",
                 "at": "2025-01-01T12:00:05Z",
+            }}),
+        ),
+        (
+            WorkflowEvent::Resumed {
+                by: "erin".into(),
+                at: t(7),
+            },
+            json!({"workflow.resumed": {
+                "by": "erin",
+                "at": "2025-01-01T12:00:07Z",
             }}),
         ),
     ];

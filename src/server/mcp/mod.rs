@@ -123,8 +123,8 @@ impl AwlMcp {
                     (report_progress, report_tool_call, ask_question) -> submit_for_review or \
                     complete_task / fail_task; read a task's feedback before starting. \
                     Operators: send_task, list_tasks, answer_question, approve_task, \
-                    request_changes, start_run, run_status, control_run, rerun_run, bulk_action, \
-                    approve_gate."
+                    request_changes, start_run, run_status, control_run, control_workflow, \
+                    rerun_run, bulk_action, approve_gate."
 )]
 impl ServerHandler for AwlMcp {
     /// The router's dispatch. rmcp answers arguments of the wrong shape with an

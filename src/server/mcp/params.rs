@@ -176,6 +176,19 @@ pub struct ControlRunParams {
     pub reason: Option<String>,
 }
 
+/// Pause or resume a whole workflow.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ControlWorkflowParams {
+    /// The workflow's name.
+    pub workflow: String,
+    /// `pause` (its runs start no new step, new runs start paused) or `resume`.
+    pub action: crate::server::operate::WorkflowControl,
+    /// Why (recorded with who).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum GateVerdict {

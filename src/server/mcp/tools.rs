@@ -353,6 +353,20 @@ impl AwlMcp {
     }
 
     #[tool(
+        description = "Pause or resume a whole workflow: paused, its active runs start no new step (steps in flight finish) and new runs start paused; resumed, the runs the pause held go on. Returns the bulk action over its runs."
+    )]
+    async fn control_workflow(
+        &self,
+        Parameters(p): Parameters<ControlWorkflowParams>,
+        ctx: Ctx,
+    ) -> Result<Json<WorkflowControlView>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "control_workflow")?;
+        let view = operate::control_workflow(&self.app, &who.name, &p.workflow, p.action, p.reason)
+            .await?;
+        Ok(Json(view))
+    }
+
+    #[tool(
         description = "Start a finished run again from one of its top-level steps: the steps before it keep their outputs. With inputs, a fork with those inputs changed. Returns the new run."
     )]
     async fn rerun_run(

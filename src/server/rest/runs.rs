@@ -10,10 +10,10 @@ use crate::runs::GateDecision;
 use crate::server::AppState;
 use crate::server::caller::{gate_id, idempotency_header, run_id};
 use crate::server::extract::Body;
-use crate::server::operate::{self, RunControl};
+use crate::server::operate::{self, RunControl, WorkflowControl};
 use crate::server::wire::{
     BulkRequest, BulkView, GateDecisionRequest, RerunRequest, RunActionRequest, RunView,
-    StartRunRequest, StartedRun,
+    StartRunRequest, StartedRun, WorkflowControlView,
 };
 
 use super::{Api, Who, created_or_found};
@@ -140,6 +140,33 @@ pub async fn bulk(
         axum::http::StatusCode::ACCEPTED
     };
     Ok((status, Json(view)).into_response())
+}
+
+pub async fn pause_workflow(
+    State(app): State<AppState>,
+    who: Who,
+    Path(name): Path<String>,
+    Body(req): Body<RunActionRequest>,
+) -> Api<Response> {
+    let view =
+        operate::control_workflow(&app, &who.name, &name, WorkflowControl::Pause, req.reason);
+    accepted(view.await?)
+}
+
+pub async fn resume_workflow(
+    State(app): State<AppState>,
+    who: Who,
+    Path(name): Path<String>,
+    Body(req): Body<RunActionRequest>,
+) -> Api<Response> {
+    let view =
+        operate::control_workflow(&app, &who.name, &name, WorkflowControl::Resume, req.reason);
+    accepted(view.await?)
+}
+
+fn accepted(view: WorkflowControlView) -> Api<Response> {
+    use axum::response::IntoResponse;
+    Ok((axum::http::StatusCode::ACCEPTED, Json(view)).into_response())
 }
 
 pub async fn bulk_status(

@@ -239,6 +239,16 @@ pub struct BulkRequest {
     pub dry_run: bool,
 }
 
+/// A workflow paused or resumed, with the bulk action over its runs (none when a
+/// resume found no run the pause held).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WorkflowControlView {
+    pub workflow: String,
+    /// Whether the workflow is paused now.
+    pub paused: bool,
+    pub bulk: Option<BulkView>,
+}
+
 /// A bulk action: what, over how many runs, how far it is.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct BulkView {

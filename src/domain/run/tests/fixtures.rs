@@ -14,7 +14,7 @@ pub(super) use crate::domain::testing::{case, check, fold, t, then};
 
 impl Stream for RunEvent {
     type Of = Run;
-    const VARIANTS: usize = 23;
+    const VARIANTS: usize = 24;
 
     fn variant(&self) -> usize {
         match self {
@@ -41,6 +41,7 @@ impl Stream for RunEvent {
             RunEvent::Resumed { .. } => 20,
             RunEvent::StepCarried { .. } => 21,
             RunEvent::Derived { .. } => 22,
+            RunEvent::Continued { .. } => 23,
         }
     }
 
@@ -365,6 +366,15 @@ pub(super) fn paused(by: &str, at: DateTime<Utc>) -> RunEvent {
         by: by.into(),
         reason: "maintenance".into(),
         at,
+        workflow: false,
+    }
+}
+
+/// The continuation of the run `path(status)` folds to.
+pub(super) fn continued(status: RunStatus, at: DateTime<Utc>) -> RunEvent {
+    RunEvent::Continued {
+        state: Box::new(fold(path(status)).compacted()),
+        at,
     }
 }
 
@@ -602,6 +612,7 @@ pub(super) fn pause(by: &str, at: DateTime<Utc>) -> RunCommand {
         by: by.into(),
         reason: "maintenance".into(),
         at,
+        workflow: false,
     }
 }
 

@@ -35,9 +35,10 @@ fn action_index(action: RunAction) -> usize {
         RunAction::Resume => 19,
         RunAction::CarryStep => 20,
         RunAction::NoteDerived => 21,
+        RunAction::Continue => 22,
     }
 }
-const ACTIONS: usize = 22;
+const ACTIONS: usize = 23;
 
 // ---- every command in every run status --------------------------------------------------
 
@@ -278,6 +279,13 @@ fn status_rows() -> Vec<StatusRow> {
             &RunStatus::ALL,
             vec![derived("ops", now)],
         ),
+        // What it emits is the state of each path: see `expected_in_status`.
+        status_row(
+            "continue as new",
+            RunCommand::Continue { at: now },
+            STOPPABLE,
+            vec![],
+        ),
     ]
 }
 
@@ -307,7 +315,10 @@ fn expected_in_status(row: &StatusRow, state: Option<RunStatus>) -> Then {
     }
     match row.blocked.iter().find(|(s, _)| *s == status) {
         Some((_, refusal)) => Err(refusal.clone()),
-        None => Ok(row.emits.clone()),
+        None => match row.when {
+            RunCommand::Continue { at } => Ok(vec![continued(status, at)]),
+            _ => Ok(row.emits.clone()),
+        },
     }
 }
 
@@ -336,8 +347,8 @@ fn every_command_in_every_run_status() {
             cases.push((name, given, row.when, then));
         }
     }
-    // 23 rows x (7 statuses + no run).
-    assert_eq!(check(cases), 23 * 8);
+    // 24 rows x (7 statuses + no run).
+    assert_eq!(check(cases), 24 * 8);
 }
 
 #[test]

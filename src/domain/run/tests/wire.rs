@@ -66,6 +66,13 @@ fn every_event() -> Vec<RunEvent> {
         resumed("ops", t(0)),
         step_carried(build(), t(0)),
         derived("ops", t(0)),
+        continued(RunStatus::Waiting, t(21)),
+        RunEvent::Paused {
+            by: "ops".into(),
+            reason: "workflow paused".into(),
+            at: t(22),
+            workflow: true,
+        },
     ]
 }
 
@@ -100,6 +107,7 @@ fn the_event_types_are_the_documented_names() {
         resumed("ops", t(0)),
         step_carried(build(), t(0)),
         derived("ops", t(0)),
+        continued(RunStatus::Running, t(0)),
     ]
     .iter()
     .map(DomainEvent::event_type)
@@ -130,6 +138,7 @@ fn the_event_types_are_the_documented_names() {
             "run.resumed",
             "run.step_carried",
             "run.derived",
+            "run.continued",
         ]
     );
 }
