@@ -42,7 +42,9 @@ async fn main() {
             _ => {}
         }
     }
-    println!("| store | events in history | load before (p50 / p95) | load after continue-as-new (p50 / p95) | events read after |");
+    println!(
+        "| store | events in history | load before (p50 / p95) | load after continue-as-new (p50 / p95) | events read after |"
+    );
     println!("|---|---:|---:|---:|---:|");
     for kind in ["postgres", "sqlite"] {
         if only.as_deref().is_some_and(|o| o != kind) {
@@ -97,7 +99,11 @@ async fn measure(kind: &str, events: usize) {
     );
     let (before, length) = load_times(&store, &stream).await;
     Command::new(&store, &stream, Metadata::actor("bench"))
-        .run(|run: &Run| run.decide(RunCommand::Continue { at: chrono::Utc::now() }))
+        .run(|run: &Run| {
+            run.decide(RunCommand::Continue {
+                at: chrono::Utc::now(),
+            })
+        })
         .await
         .expect("continue as new");
     let (after, read_after) = load_times(&store, &stream).await;

@@ -6,6 +6,7 @@
 
 mod answer;
 mod approve;
+mod archive;
 mod bulk;
 mod cancel;
 mod check;
@@ -115,6 +116,9 @@ enum Command {
     /// Erase a data subject's personal data: delete its key (the log stays as written;
     /// readers see `[erased]`).
     Forget(forget::ForgetArgs),
+    /// Move runs that finished before a cutoff out of the hot log into the archive
+    /// table (their views, status and history stay readable).
+    Archive(archive::ArchiveArgs),
     /// Print the JSON Schema of workflow files (for editors).
     Schema,
 }
@@ -229,6 +233,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(command) => tokens::run(open(&location, true).await?, command).await,
         Command::Check(args) => check::check(open(&location, false).await?, args).await,
         Command::Forget(args) => forget::forget(open(&location, true).await?, args).await,
+        Command::Archive(args) => archive::archive(open(&location, true).await?, args).await,
         Command::Projections(command) => {
             projections::run(open(&location, true).await?, command).await
         }

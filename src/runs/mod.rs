@@ -19,6 +19,7 @@
 //! with the wake-up of the run it concerns, at the time the service's clock gives.
 //! Carrying runs out is the executor's job (`awl worker`, or `awl serve`'s worker).
 
+mod archive;
 mod control;
 mod error;
 mod gates;
@@ -43,6 +44,7 @@ use crate::store::{EventStore, domain_io};
 use crate::telemetry;
 
 pub use crate::engine::verify::{Divergence, Verified};
+pub use archive::ArchivePass;
 pub use error::RunsError;
 pub use gates::GateDecision;
 pub use replay::Replay;

@@ -68,6 +68,17 @@ impl Backend {
         }
     }
 
+    pub(crate) async fn read_archived_streams(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+    ) -> Result<Vec<RawEvent>, StoreError> {
+        match self {
+            Backend::Postgres(b) => b.read_archived_streams(kind, ids).await,
+            Backend::Sqlite(b) => b.read_archived_streams(kind, ids).await,
+        }
+    }
+
     pub(crate) async fn read_all(
         &self,
         after: i64,

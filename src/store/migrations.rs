@@ -59,6 +59,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "continued index",
         include_str!("../../migrations/postgres/0010_continued_index.sql"),
     ),
+    (
+        11,
+        "events archive",
+        include_str!("../../migrations/postgres/0011_events_archive.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -111,6 +116,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         10,
         "continued index",
         include_str!("../../migrations/sqlite/0010_continued_index.sql"),
+    ),
+    (
+        11,
+        "events archive",
+        include_str!("../../migrations/sqlite/0011_events_archive.sql"),
     ),
 ];
 

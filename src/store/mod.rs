@@ -8,6 +8,7 @@
 //! it. Only this module contains SQL for the log.
 
 pub mod appender;
+mod archive;
 mod backend;
 pub mod command;
 mod decode;
@@ -27,6 +28,8 @@ mod tail;
 mod tokens;
 mod tx;
 mod wakeups;
+
+pub use archive::Archived;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -242,7 +245,26 @@ impl EventStore {
         if ids.is_empty() {
             return Ok(by_stream);
         }
-        for raw in self.inner.backend.read_streams(kind, ids).await? {
+        let mut raw = self.inner.backend.read_streams(kind, ids).await?;
+        let mut found = std::collections::HashSet::new();
+        for r in &raw {
+            found.insert(r.stream_id.clone());
+        }
+        // Streams not in the hot table may have been archived (a finished run).
+        let missing: Vec<String> = ids
+            .iter()
+            .filter(|id| !found.contains(*id))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            raw.extend(
+                self.inner
+                    .backend
+                    .read_archived_streams(kind, &missing)
+                    .await?,
+            );
+        }
+        for raw in raw {
             let event = raw.decode(&self.inner.upcasters)?;
             by_stream
                 .entry(event.stream.id.clone())

@@ -117,7 +117,10 @@ impl PgBackend {
         limit: i64,
     ) -> Result<Vec<RawEvent>, StoreError> {
         let sql = const_format(
-            "SELECT {COLUMNS} FROM events WHERE stream_type = $1 AND stream_id = $2 AND version > $3 ORDER BY version LIMIT $4",
+            "SELECT {COLUMNS} FROM events WHERE stream_type = $1 AND stream_id = $2 AND version > $3 \
+             UNION ALL \
+             SELECT {COLUMNS} FROM events_archive WHERE stream_type = $1 AND stream_id = $2 AND version > $3 \
+             ORDER BY version LIMIT $4",
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(stream.kind.as_str())
@@ -157,6 +160,67 @@ impl PgBackend {
             .collect()
     }
 
+    /// Every event of the `kind` streams `ids` that is in the archive.
+    pub(crate) async fn read_archived_streams(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+    ) -> Result<Vec<RawEvent>, StoreError> {
+        let sql = const_format(
+            "SELECT {COLUMNS} FROM events_archive WHERE stream_type = $1 AND stream_id = ANY($2) \
+             ORDER BY stream_id, version",
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(kind.as_str())
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db(format!(
+                "reading {} archived {kind} streams",
+                ids.len()
+            )))?
+            .iter()
+            .map(raw_event)
+            .collect()
+    }
+
+    /// Move the `kind` streams `ids` into the archive in one transaction: how many
+    /// events moved.
+    pub(crate) async fn archive(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::db("beginning a move into the archive"))?;
+        let sql = const_format(
+            "INSERT INTO events_archive ({COLUMNS}, archived_at) \
+             SELECT {COLUMNS}, $3 FROM events WHERE stream_type = $1 AND stream_id = ANY($2)",
+        );
+        let moved = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(kind.as_str())
+            .bind(ids)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("copying events into the archive"))?
+            .rows_affected();
+        sqlx::query("DELETE FROM events WHERE stream_type = $1 AND stream_id = ANY($2)")
+            .bind(kind.as_str())
+            .bind(ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::db("removing archived events from the hot log"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("committing a move into the archive"))?;
+        Ok(moved)
+    }
+
     /// Events after `after`, up to the committed head read in the same call, that
     /// pass `filter`. Returns them and the position scanned up to.
     pub(crate) async fn read_all(
@@ -171,9 +235,11 @@ impl PgBackend {
         }
         let upper = plan::scan_upper_bound(after, limit, head, filter);
         let sql = const_format(
-            "SELECT {COLUMNS} FROM events \
-             WHERE position > $1 AND position <= $2 \
-               AND ($3::text[] IS NULL OR stream_type = ANY($3)) \
+            "SELECT {COLUMNS} FROM ( \
+               SELECT {COLUMNS} FROM events WHERE position > $1 AND position <= $2 \
+               UNION ALL \
+               SELECT {COLUMNS} FROM events_archive WHERE position > $1 AND position <= $2) e \
+             WHERE ($3::text[] IS NULL OR stream_type = ANY($3)) \
                AND ($4::text IS NULL OR stream_id = $4) \
                AND ($5::text[] IS NULL OR event_type = ANY($5)) \
                AND ($6::timestamptz IS NULL OR recorded_at >= $6) \

@@ -123,7 +123,10 @@ impl SqliteBackend {
         limit: i64,
     ) -> Result<Vec<RawEvent>, StoreError> {
         let sql = format!(
-            "{SELECT} WHERE stream_type = ?1 AND stream_id = ?2 AND version > ?3 ORDER BY version LIMIT ?4"
+            "{SELECT} WHERE stream_type = ?1 AND stream_id = ?2 AND version > ?3 \
+             UNION ALL \
+             {SELECT}_archive WHERE stream_type = ?1 AND stream_id = ?2 AND version > ?3 \
+             ORDER BY version LIMIT ?4"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(stream.kind.as_str())
@@ -166,6 +169,73 @@ impl SqliteBackend {
             .collect()
     }
 
+    /// Every event of the `kind` streams `ids` that is in the archive.
+    pub(crate) async fn read_archived_streams(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+    ) -> Result<Vec<RawEvent>, StoreError> {
+        let sql = format!(
+            "{SELECT}_archive WHERE stream_type = ?1 \
+               AND stream_id IN (SELECT value FROM json_each(?2)) ORDER BY stream_id, version"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(kind.as_str())
+            .bind(serde_json::Value::from(ids.to_vec()).to_string())
+            .fetch_all(&self.reader)
+            .await
+            .map_err(StoreError::db(format!(
+                "reading {} archived {kind} streams",
+                ids.len()
+            )))?
+            .iter()
+            .map(raw_event)
+            .collect()
+    }
+
+    /// Move the `kind` streams `ids` into the archive in one transaction: how many
+    /// events moved.
+    pub(crate) async fn archive(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
+        let ids = serde_json::Value::from(ids.to_vec()).to_string();
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::db("beginning a move into the archive"))?;
+        let moved = sqlx::query(
+            "INSERT INTO events_archive (position, stream_type, stream_id, version, event_type, \
+               event_version, payload, metadata, recorded_at, archived_at) \
+             SELECT position, stream_type, stream_id, version, event_type, event_version, \
+               payload, metadata, recorded_at, ?3 FROM events \
+             WHERE stream_type = ?1 AND stream_id IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(kind.as_str())
+        .bind(&ids)
+        .bind(now.timestamp_micros())
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("copying events into the archive"))?
+        .rows_affected();
+        sqlx::query(
+            "DELETE FROM events WHERE stream_type = ?1 \
+               AND stream_id IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(kind.as_str())
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("removing archived events from the hot log"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("committing a move into the archive"))?;
+        Ok(moved)
+    }
+
     pub(crate) async fn read_all(
         &self,
         after: i64,
@@ -178,8 +248,11 @@ impl SqliteBackend {
         }
         let upper = plan::scan_upper_bound(after, limit, head, filter);
         let sql = format!(
-            "{SELECT} WHERE position > ?1 AND position <= ?2 \
-               AND (?3 IS NULL OR stream_type IN (SELECT value FROM json_each(?3))) \
+            "SELECT * FROM ( \
+               {SELECT} WHERE position > ?1 AND position <= ?2 \
+               UNION ALL \
+               {SELECT}_archive WHERE position > ?1 AND position <= ?2) \
+             WHERE (?3 IS NULL OR stream_type IN (SELECT value FROM json_each(?3))) \
                AND (?4 IS NULL OR stream_id = ?4) \
                AND (?5 IS NULL OR event_type IN (SELECT value FROM json_each(?5))) \
                AND (?6 IS NULL OR recorded_at >= ?6) \

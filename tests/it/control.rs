@@ -5,7 +5,8 @@
 //! finishes on the version it started with, `awl workflows list|show|diff|retire`);
 //! reruns from a step and forks, with their side effects counted; a bulk cancel over a
 //! filter, its process killed mid-way and carried on; a whole workflow paused (its
-//! runs held, new runs queued) and resumed; a long run that continues as new.
+//! runs held, new runs queued) and resumed; a long run that continues as new; finished
+//! runs archived out of the hot log and read the same.
 
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ on_both_stores!(worker_threads = 2;
     a_bulk_cancel_counts_first_survives_a_crash_and_acts_once,
     a_paused_workflow_holds_its_runs_and_queues_new_ones,
     a_long_run_continues_as_new_and_replays_from_there,
+    an_archived_run_reads_the_same_and_survives_a_rebuild,
 );
 
 const LIMIT: u64 = 60;
@@ -1001,6 +1003,69 @@ async fn a_long_run_continues_as_new_and_replays_from_there(backend: Backend) {
     // Replay walks the whole history and checks each continuation carries the state
     // its history folds to; the log and the projections check out.
     awl.ok(&["replay", &run_id]).await;
+    let check = awl.ok(&["check"]).await;
+    assert!(check.contains("no problems"), "{check}");
+}
+
+async fn an_archived_run_reads_the_same_and_survives_a_rebuild(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let (done, gated) = (
+        dir.path().join("done.awl.yaml"),
+        dir.path().join("gated.awl.yaml"),
+    );
+    std::fs::write(&done, versioned("1.0.0", "archived")).expect("write");
+    std::fs::write(&gated, GATED).expect("write");
+    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_string();
+    let mut finished = Vec::new();
+    for _ in 0..2 {
+        let out = awl.output(&["run", &path(&done)]).await;
+        assert!(out.status.success(), "{out:?}");
+        finished.push(crate::support::cli::run_id_of(&String::from_utf8_lossy(
+            &out.stderr,
+        )));
+    }
+    // A run still waiting holds the log's head meanwhile: it is not archived.
+    let waiting = stdout_of(
+        "awl run --detach",
+        awl.output(&["run", "--detach", &path(&gated)]).await,
+    )
+    .trim()
+    .to_string();
+    let _w = awl.worker(dir.path().join("w.log"), &[]);
+    awl_run_reaches(&awl, &waiting, "WAITING").await;
+    let history = |run: String| {
+        let awl = &awl;
+        async move { awl.ok(&["events", "--json", "--stream", &run]).await }
+    };
+    let before_log = awl.ok(&["events", "--json"]).await;
+    let before_run = history(finished[0].clone()).await;
+    let before_status = awl.status(&finished[0]).await;
+    let before_list = awl.ok(&["list", "--json"]).await;
+    let dry = awl
+        .ok(&["archive", "--older-than", "0s", "--dry-run"])
+        .await;
+    assert!(dry.contains("would archive 2 finished runs"), "{dry}");
+    let moved = awl.ok(&["archive", "--older-than", "0s"]).await;
+    assert!(moved.contains("archived 2 runs"), "{moved}");
+    // Out of the hot log: a second pass finds nothing left to move.
+    let again = awl.ok(&["archive", "--older-than", "0s"]).await;
+    assert!(again.contains("archived 0 runs"), "{again}");
+    // The log, the run's history, its status and the views read the same.
+    assert_eq!(awl.ok(&["events", "--json"]).await, before_log);
+    assert_eq!(history(finished[0].clone()).await, before_run);
+    assert_eq!(awl.status(&finished[0]).await, before_status);
+    assert_eq!(awl.ok(&["list", "--json"]).await, before_list);
+    awl.ok(&["replay", &finished[0]]).await;
+    // Read models rebuilt from position 0 read the archive too; the live run goes on.
+    awl.ok(&["projections", "rebuild"]).await;
+    assert_eq!(awl.ok(&["list", "--json"]).await, before_list);
+    let check = awl.ok(&["check"]).await;
+    assert!(check.contains("no problems"), "{check}");
+    // Appends go on after the move: positions keep rising from the head it kept.
+    awl.ok(&["cancel", &waiting]).await;
+    awl_run_reaches(&awl, &waiting, "CANCELLED").await;
     let check = awl.ok(&["check"]).await;
     assert!(check.contains("no problems"), "{check}");
 }

@@ -1,0 +1,65 @@
+//! Retention: moving the streams of finished runs out of the hot `events` table into
+//! `events_archive` (migration 0011). The archive is part of the log: readers of the
+//! whole log read both tables by position, a stream's history and state are read from
+//! the archive once it has left the hot table, and an archived event keeps its
+//! position, stream and version. The one delete the log's triggers allow is this
+//! move: an event leaves `events` only when the archive holds it unchanged.
+//!
+//! The stream holding the log's head is never moved in a batch, so the hot table's
+//! highest position never goes back and appends keep taking the next one.
+
+use chrono::{DateTime, Utc};
+
+use crate::log::{StreamRef, StreamType};
+
+use super::backend::Backend;
+use super::{EventStore, StoreError};
+
+/// What one move did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Archived {
+    /// The streams moved.
+    pub streams: Vec<String>,
+    /// Events moved.
+    pub events: u64,
+}
+
+impl EventStore {
+    /// Move every event of the `kind` streams `ids` into the archive, in one
+    /// transaction (a stream holding the log's head is left for a later move).
+    pub async fn archive_streams(
+        &self,
+        kind: StreamType,
+        ids: &[String],
+        now: DateTime<Utc>,
+    ) -> Result<Archived, StoreError> {
+        if ids.is_empty() {
+            return Ok(Archived::default());
+        }
+        let head = self.head_stream().await?;
+        let ids: Vec<String> = ids
+            .iter()
+            .filter(|id| head.as_ref() != Some(&StreamRef::new(kind, id.as_str())))
+            .cloned()
+            .collect();
+        let events = match self.backend() {
+            Backend::Postgres(b) => b.archive(kind, &ids, now).await?,
+            Backend::Sqlite(b) => b.archive(kind, &ids, now).await?,
+        };
+        Ok(Archived {
+            streams: if events == 0 { Vec::new() } else { ids },
+            events,
+        })
+    }
+
+    /// The stream of the event at the log's head.
+    async fn head_stream(&self) -> Result<Option<StreamRef>, StoreError> {
+        let head = self.head().await?;
+        if head == 0 {
+            return Ok(None);
+        }
+        let filter = crate::log::EventFilter::default();
+        let (events, _) = self.read_page(head - 1, 1, &filter).await?;
+        Ok(events.into_iter().next().map(|e| e.stream))
+    }
+}
