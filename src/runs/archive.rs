@@ -28,6 +28,16 @@ pub struct ArchivePass {
 }
 
 impl Runs {
+    /// [`Runs::archive_finished`] for the runs that finished more than `age` ago.
+    pub async fn archive_older_than(
+        &self,
+        age: chrono::Duration,
+        dry_run: bool,
+    ) -> Result<(DateTime<Utc>, ArchivePass), RunsError> {
+        let cutoff = self.now() - age;
+        Ok((cutoff, self.archive_finished(cutoff, dry_run).await?))
+    }
+
     /// Move the runs that finished before `cutoff` into the archive (with `dry_run`,
     /// only say which).
     pub async fn archive_finished(

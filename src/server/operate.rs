@@ -12,7 +12,9 @@ use crate::domain::ids::RunId;
 
 use super::AppState;
 use super::error::ApiError;
-use super::wire::{BulkRequest, BulkView, RunView, WorkflowControlView};
+use super::wire::{
+    ArchiveRequest, ArchiveView, BulkRequest, BulkView, RunView, WorkflowControlView,
+};
 
 type Api<T> = Result<T, ApiError>;
 
@@ -108,5 +110,22 @@ pub async fn control_workflow(
         workflow: workflow.to_string(),
         paused: action == WorkflowControl::Pause,
         bulk: planned.as_ref().map(BulkView::of),
+    })
+}
+
+/// Archive the runs that finished more than the request's age ago (or, for a dry run,
+/// count them).
+pub async fn archive(app: &AppState, req: ArchiveRequest) -> Api<ArchiveView> {
+    let seconds = i64::try_from(req.older_than_seconds)
+        .ok()
+        .and_then(chrono::Duration::try_seconds)
+        .ok_or_else(|| ApiError::invalid("older_than_seconds is too large"))?;
+    let (cutoff, pass) = app.runs.archive_older_than(seconds, req.dry_run).await?;
+    Ok(ArchiveView {
+        finished_before: cutoff,
+        selected: pass.selected.len(),
+        archived: pass.runs,
+        events: pass.events,
+        dry_run: req.dry_run,
     })
 }

@@ -1063,6 +1063,49 @@ async fn an_archived_run_reads_the_same_and_survives_a_rebuild(backend: Backend)
     assert_eq!(awl.ok(&["list", "--json"]).await, before_list);
     let check = awl.ok(&["check"]).await;
     assert!(check.contains("no problems"), "{check}");
+    // Over HTTP: admins only; a dry run counts the runs (already archived: still
+    // finished, nothing left to move).
+    let tk = tokens(&t.store, &[]).await;
+    let server = serve_with(&t.store, config(), awl::clock::system_clock()).await;
+    let api = Api::of(&server);
+    let request = json!({"older_than_seconds": 0, "dry_run": true});
+    let (status, body) = api
+        .call(
+            Some(&tk.operator),
+            Method::POST,
+            "/api/v1/archive",
+            Some(request.clone()),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 403, "{body}");
+    let counted = api
+        .ok(&tk.admin, Method::POST, "/api/v1/archive", request)
+        .await;
+    assert_eq!(counted["selected"], 2, "{counted}");
+    assert_eq!(counted["archived"], 0, "{counted}");
+    let moved = api
+        .ok(
+            &tk.admin,
+            Method::POST,
+            "/api/v1/archive",
+            json!({"older_than_seconds": 0}),
+        )
+        .await;
+    assert_eq!(
+        (moved["archived"].as_u64(), moved["events"].as_u64()),
+        (Some(0), Some(0)),
+        "{moved}"
+    );
+    let refused = mcp_call(
+        &api,
+        &tk.operator,
+        30,
+        "archive_runs",
+        json!({"older_than_seconds": 0}),
+    )
+    .await;
+    assert!(refused.contains("may not call archive_runs"), "{refused}");
+    server.shutdown().await.expect("stop");
     // Appends go on after the move: positions keep rising from the head it kept.
     awl.ok(&["cancel", &waiting]).await;
     awl_run_reaches(&awl, &waiting, "CANCELLED").await;

@@ -124,7 +124,7 @@ impl AwlMcp {
                     complete_task / fail_task; read a task's feedback before starting. \
                     Operators: send_task, list_tasks, answer_question, approve_task, \
                     request_changes, start_run, run_status, control_run, control_workflow, \
-                    rerun_run, bulk_action, approve_gate."
+                    rerun_run, bulk_action, approve_gate; admins: archive_runs."
 )]
 impl ServerHandler for AwlMcp {
     /// The router's dispatch. rmcp answers arguments of the wrong shape with an

@@ -367,6 +367,18 @@ impl AwlMcp {
     }
 
     #[tool(
+        description = "Move runs that finished more than older_than_seconds ago out of the hot log into the archive (their views, status and history stay readable); dry_run counts them. Admins only."
+    )]
+    async fn archive_runs(
+        &self,
+        Parameters(p): Parameters<ArchiveRequest>,
+        ctx: Ctx,
+    ) -> Result<Json<ArchiveView>, ToolError> {
+        require(&ctx, Permission::Admin, "archive_runs")?;
+        Ok(Json(operate::archive(&self.app, p).await?))
+    }
+
+    #[tool(
         description = "Start a finished run again from one of its top-level steps: the steps before it keep their outputs. With inputs, a fork with those inputs changed. Returns the new run."
     )]
     async fn rerun_run(

@@ -12,8 +12,8 @@ use crate::server::caller::{gate_id, idempotency_header, run_id};
 use crate::server::extract::Body;
 use crate::server::operate::{self, RunControl, WorkflowControl};
 use crate::server::wire::{
-    BulkRequest, BulkView, GateDecisionRequest, RerunRequest, RunActionRequest, RunView,
-    StartRunRequest, StartedRun, WorkflowControlView,
+    ArchiveRequest, ArchiveView, BulkRequest, BulkView, GateDecisionRequest, RerunRequest,
+    RunActionRequest, RunView, StartRunRequest, StartedRun, WorkflowControlView,
 };
 
 use super::{Api, Who, created_or_found};
@@ -167,6 +167,13 @@ pub async fn resume_workflow(
 fn accepted(view: WorkflowControlView) -> Api<Response> {
     use axum::response::IntoResponse;
     Ok((axum::http::StatusCode::ACCEPTED, Json(view)).into_response())
+}
+
+pub async fn archive(
+    State(app): State<AppState>,
+    Body(req): Body<ArchiveRequest>,
+) -> Api<Json<ArchiveView>> {
+    Ok(Json(operate::archive(&app, req).await?))
 }
 
 pub async fn bulk_status(

@@ -249,6 +249,30 @@ pub struct WorkflowControlView {
     pub bulk: Option<BulkView>,
 }
 
+/// Move runs that finished long enough ago out of the hot log into the archive.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveRequest {
+    /// Runs that finished more than this many seconds ago.
+    pub older_than_seconds: u64,
+    /// Only say how many runs would move.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// What an archive pass found and moved.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ArchiveView {
+    /// Runs that finished before this time were selected.
+    pub finished_before: chrono::DateTime<chrono::Utc>,
+    pub selected: usize,
+    /// Runs moved (0 for a dry run; the run holding the log's head waits for the next
+    /// pass).
+    pub archived: usize,
+    pub events: u64,
+    pub dry_run: bool,
+}
+
 /// A bulk action: what, over how many runs, how far it is.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct BulkView {
