@@ -63,19 +63,7 @@ async fn a_paused_run_starts_nothing_new_until_resumed(backend: Backend) {
     std::fs::write(&file, HELD).expect("write");
     let marks = dir.path().join("marks.txt");
     let awl = Awl::bounded(&t.location, LIMIT);
-    let run_id = stdout_of(
-        "awl run --detach",
-        awl.output(&[
-            "run",
-            "--detach",
-            file.to_str().expect("utf-8"),
-            "--var",
-            &format!("marks={}", marks.display()),
-        ])
-        .await,
-    )
-    .trim()
-    .to_string();
+    let run_id = detach(&awl, &file, &[format!("marks={}", marks.display())]).await;
     let _w1 = awl.worker(dir.path().join("w1.log"), &[]);
     let _w2 = awl.worker(dir.path().join("w2.log"), &[]);
     poll(LIMIT, async || {
@@ -858,20 +846,10 @@ async fn a_paused_workflow_holds_its_runs_and_queues_new_ones(backend: Backend) 
     std::fs::write(&file, HELD).expect("write");
     let awl = Awl::bounded(&t.location, LIMIT);
     let marks = |name: &str| dir.path().join(format!("{name}.txt"));
-    let start = |name: &'static str| {
-        let (awl, file, marks) = (&awl, &file, marks(name));
-        async move {
-            let out = awl
-                .output(&[
-                    "run",
-                    "--detach",
-                    file.to_str().expect("utf-8"),
-                    "--var",
-                    &format!("marks={}", marks.display()),
-                ])
-                .await;
-            stdout_of("awl run --detach", out).trim().to_string()
-        }
+    let start = |name: &str| {
+        let var = format!("marks={}", marks(name).display());
+        let (awl, file) = (&awl, &file);
+        async move { detach(awl, file, &[var]).await }
     };
     let (held, by_hand) = (start("held").await, start("by_hand").await);
     let _w1 = awl.worker(dir.path().join("w1.log"), &[]);
@@ -967,21 +945,11 @@ async fn a_long_run_continues_as_new_and_replays_from_there(backend: Backend) {
     std::fs::write(&file, POLLING).expect("write");
     let count = dir.path().join("count.txt");
     let awl = Awl::bounded(&t.location, LIMIT);
-    let run_id = stdout_of(
-        "awl run --detach",
-        awl.output(&[
-            "run",
-            "--detach",
-            file.to_str().expect("utf-8"),
-            "--var",
-            &format!("count={}", count.display()),
-            "--var",
-            &format!("token={TOKEN}"),
-        ])
-        .await,
-    )
-    .trim()
-    .to_string();
+    let vars = [
+        format!("count={}", count.display()),
+        format!("token={TOKEN}"),
+    ];
+    let run_id = detach(&awl, &file, &vars).await;
     let limit = ["--history-limit", "6"];
     let _w1 = awl.worker(dir.path().join("w1.log"), &limit);
     let _w2 = awl.worker(dir.path().join("w2.log"), &limit);
@@ -1111,6 +1079,17 @@ async fn an_archived_run_reads_the_same_and_survives_a_rebuild(backend: Backend)
     awl_run_reaches(&awl, &waiting, "CANCELLED").await;
     let check = awl.ok(&["check"]).await;
     assert!(check.contains("no problems"), "{check}");
+}
+
+/// `awl run --detach FILE --var V...`: the id of the run it started.
+async fn detach(awl: &Awl, file: &std::path::Path, vars: &[String]) -> String {
+    let mut args = vec!["run", "--detach", file.to_str().expect("utf-8")];
+    for var in vars {
+        args.extend(["--var", var.as_str()]);
+    }
+    stdout_of("awl run --detach", awl.output(&args).await)
+        .trim()
+        .to_string()
 }
 
 /// One MCP tool call in a session of its own, over raw HTTP: the answer's text.
