@@ -33,8 +33,8 @@ pub async fn archive(store: EventStore, args: ArchiveArgs) -> anyhow::Result<()>
         return Ok(());
     }
     println!(
-        "archived {} runs ({} events) that ended before {cutoff}",
-        pass.runs, pass.events
+        "archived {} runs and {} of their tasks ({} events) that ended before {cutoff}",
+        pass.runs, pass.tasks, pass.events
     );
     Ok(())
 }

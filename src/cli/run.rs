@@ -60,6 +60,9 @@ pub(super) struct Execution {
     /// history since its start or last continuation reaches this many events.
     #[arg(long, env = "AWL_HISTORY_LIMIT", default_value_t = crate::executor::DEFAULT_HISTORY_LIMIT)]
     pub history_limit: u64,
+    /// ... or once the events it recorded since then reach this many bytes (as JSON).
+    #[arg(long, env = "AWL_HISTORY_BYTES", default_value_t = crate::executor::DEFAULT_HISTORY_BYTES)]
+    pub history_bytes: u64,
 }
 
 impl Execution {
@@ -142,6 +145,7 @@ pub(super) async fn execute(
     config.env.extend(secret_env);
     config.secrets = mask;
     config.history_limit = how.history_limit;
+    config.history_bytes = how.history_bytes;
     let worker = Worker::new(store.clone(), runners(), config, system_clock());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut work = tokio::spawn(worker.run(stop_rx));

@@ -15,6 +15,7 @@ use crate::server::{self, ServeConfig};
 use crate::store::EventStore;
 
 use super::common::{actor, allowed_env, owner, runners, secrets, shutdown_signal};
+use super::time_arg::parse_age;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -53,6 +54,9 @@ pub struct ServeArgs {
     /// history since its start or last continuation reaches this many events.
     #[arg(long, env = "AWL_HISTORY_LIMIT", default_value_t = crate::executor::DEFAULT_HISTORY_LIMIT)]
     history_limit: u64,
+    /// ... or once the events it recorded since then reach this many bytes (as JSON).
+    #[arg(long, env = "AWL_HISTORY_BYTES", default_value_t = crate::executor::DEFAULT_HISTORY_BYTES)]
+    history_bytes: u64,
     /// Register every `*.awl.yaml` file in this directory at start-up (repeatable), so
     /// runs of them can be started over the API.
     #[arg(long = "workflows", value_name = "DIR")]
@@ -67,6 +71,18 @@ pub struct ServeArgs {
     /// Also serve `/metrics` here, without a token (for a scrape network).
     #[arg(long, env = "AWL_METRICS_BIND")]
     metrics_bind: Option<SocketAddr>,
+    /// Archive runs that finished longer ago than this (`30d`, `12h`) on a schedule
+    /// (see `awl archive`); off when not given.
+    #[arg(long, env = "AWL_ARCHIVE_OLDER_THAN", value_name = "AGE")]
+    archive_older_than: Option<String>,
+    /// How often to look for runs to archive (an age: `1h`, `10m`).
+    #[arg(
+        long,
+        env = "AWL_ARCHIVE_EVERY",
+        value_name = "PERIOD",
+        default_value = "1h"
+    )]
+    archive_every: String,
     /// `/ready` fails when a projection is more than this many events behind the log.
     #[arg(long, default_value_t = 10_000)]
     ready_max_lag: i64,
@@ -87,6 +103,7 @@ pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
     config.ready_max_lag = args.ready_max_lag.max(0);
     config.max_waits_per_token = args.max_waits_per_token.max(1);
     config.allowed_origins = server::origin::AllowedOrigins::new(&args.allowed_origins)?;
+    config.retention = retention(&args)?;
     if !args.no_worker {
         let mut worker = WorkerConfig::new(owner("serve"));
         worker.env = allowed_env(&args.env_allow);
@@ -94,6 +111,7 @@ pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
         worker.env.extend(secret_env);
         worker.secrets = mask;
         worker.history_limit = args.history_limit;
+        worker.history_bytes = args.history_bytes;
         config.worker = Some(worker);
     }
     let location = store.location().clone();
@@ -118,6 +136,28 @@ pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
     });
     server.wait().await?;
     Ok(())
+}
+
+/// The archiving schedule `--archive-older-than` and `--archive-every` ask for.
+fn retention(args: &ServeArgs) -> anyhow::Result<Option<crate::runs::Retention>> {
+    let Some(age) = &args.archive_older_than else {
+        return Ok(None);
+    };
+    let older_than = parse_age(age).map_err(|e| anyhow::anyhow!("--archive-older-than {e}"))?;
+    let every = parse_age(&args.archive_every)
+        .ok()
+        .and_then(|d| d.to_std().ok())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--archive-every {:?}: a period like 10m or 1h, more than zero",
+                args.archive_every
+            )
+        })?;
+    if older_than < chrono::Duration::zero() {
+        anyhow::bail!("--archive-older-than {age:?}: an age cannot be negative");
+    }
+    Ok(Some(crate::runs::Retention { older_than, every }))
 }
 
 async fn register_dir(store: &EventStore, dir: &std::path::Path) -> anyhow::Result<()> {

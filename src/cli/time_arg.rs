@@ -12,22 +12,34 @@ pub fn parse_time(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, Strin
     if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
         return Ok(d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()).unwrap_or(now));
     }
+    let age = parse_age(text).map_err(|e| {
+        if e.contains("unit") {
+            e
+        } else {
+            format!("{text:?} is not a time: use RFC 3339, YYYY-MM-DD, or an age like 15m, 2h, 7d")
+        }
+    })?;
+    Ok(now - age)
+}
+
+/// An age or a period: `90s`, `15m`, `2h`, `7d`.
+pub fn parse_age(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     let n: i64 = digits.parse().map_err(|_| {
-        format!("{text:?} is not a time: use RFC 3339, YYYY-MM-DD, or an age like 15m, 2h, 7d")
+        format!("{text:?} is not an age: use a number and a unit, like 15m, 2h, 7d")
     })?;
-    let age = match unit {
+    match unit {
         "s" => Duration::try_seconds(n),
         "m" => Duration::try_minutes(n),
         "h" => Duration::try_hours(n),
         "d" => Duration::try_days(n),
         _ => None,
     }
-    .ok_or_else(|| format!("{text:?}: the unit must be s, m, h or d"))?;
-    Ok(now - age)
+    .ok_or_else(|| format!("{text:?}: the unit must be s, m, h or d"))
 }
 
 #[cfg(test)]
@@ -63,5 +75,12 @@ mod tests {
                 .contains("is not a time")
         );
         assert!(parse_time("5w", now).unwrap_err().contains("unit must be"));
+        assert!(parse_age("soon").unwrap_err().contains("is not an age"));
+        assert!(
+            parse_age("2026-11-21")
+                .unwrap_err()
+                .contains("unit must be")
+        );
+        assert_eq!(parse_age("15m"), Ok(Duration::minutes(15)));
     }
 }

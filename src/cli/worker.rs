@@ -36,6 +36,9 @@ pub struct WorkerArgs {
     /// history since its start or last continuation reaches this many events.
     #[arg(long, env = "AWL_HISTORY_LIMIT", default_value_t = crate::executor::DEFAULT_HISTORY_LIMIT)]
     history_limit: u64,
+    /// ... or once the events it recorded since then reach this many bytes (as JSON).
+    #[arg(long, env = "AWL_HISTORY_BYTES", default_value_t = crate::executor::DEFAULT_HISTORY_BYTES)]
+    history_bytes: u64,
 }
 
 pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
@@ -47,6 +50,7 @@ pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
     config.env.extend(secret_env);
     config.secrets = mask;
     config.history_limit = args.history_limit;
+    config.history_bytes = args.history_bytes;
     eprintln!("awl worker {} on {}", config.owner, store.location());
     server::warn_about_durability(&store).await;
     let (stop_tx, stop_rx) = watch::channel(false);

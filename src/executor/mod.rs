@@ -26,7 +26,7 @@ mod perform;
 mod waiting;
 mod worker;
 
-pub use worker::{DEFAULT_HISTORY_LIMIT, Worker, WorkerConfig};
+pub use worker::{DEFAULT_HISTORY_BYTES, DEFAULT_HISTORY_LIMIT, Worker, WorkerConfig};
 
 use crate::engine::EngineError;
 use crate::store::StoreError;

@@ -67,10 +67,20 @@ pub struct WorkerConfig {
     /// A run whose history since its start (or last continuation) reaches this many
     /// events continues as new (`run.continued`), so folding it stays short.
     pub history_limit: u64,
+    /// A run whose history since its start (or last continuation) reaches this many
+    /// bytes (its events' payloads as JSON text) continues as new too. Weighed every
+    /// [`BYTES_CHECK_EVERY`] events of a run, in the database.
+    pub history_bytes: u64,
 }
 
 /// The default history limit: a run continues as new every 10,000 events.
 pub const DEFAULT_HISTORY_LIMIT: u64 = 10_000;
+
+/// The default history limit in bytes: 32 MiB of events since the last continuation.
+pub const DEFAULT_HISTORY_BYTES: u64 = 32 * 1024 * 1024;
+
+/// How many events a run records between two weighings of its history.
+pub const BYTES_CHECK_EVERY: u64 = 64;
 
 impl WorkerConfig {
     pub fn new(owner: impl Into<String>) -> Self {
@@ -84,6 +94,7 @@ impl WorkerConfig {
             only: None,
             exit_when_done: false,
             history_limit: DEFAULT_HISTORY_LIMIT,
+            history_bytes: DEFAULT_HISTORY_BYTES,
         }
     }
 
@@ -275,10 +286,23 @@ impl Worker {
         for r in &refused {
             held.remove(&r.run_id);
         }
+        let limit = self.config.history_limit.max(2);
         let long: Vec<String> = decided
             .iter()
-            .filter(|d| d.state.history_len() >= self.config.history_limit.max(2))
+            .filter(|d| d.state.history_len() >= limit)
             .map(|d| d.run_id.clone())
+            .collect();
+        // Runs whose history crossed a multiple of BYTES_CHECK_EVERY: weighed after
+        // the commit, against the limit in bytes.
+        let weigh: Vec<(String, u64)> = decided
+            .iter()
+            .filter(|d| !d.state.is_terminal() && d.state.history_len() < limit)
+            .filter(|d| {
+                let len = d.state.history_len();
+                let before = len.saturating_sub(d.events.len() as u64);
+                before / BYTES_CHECK_EVERY != len / BYTES_CHECK_EVERY
+            })
+            .map(|d| (d.run_id.clone(), d.state.history_len()))
             .collect();
         let traces: Vec<Option<String>> = long
             .iter()
@@ -297,9 +321,22 @@ impl Worker {
             }
             return Err(e);
         }
-        for (run_id, trace) in long.iter().zip(traces) {
-            self.continue_as_new(run_id, trace, now).await?;
-            if let Some(h) = held.get_mut(run_id) {
+        let mut heavy = Vec::new();
+        for (run_id, len) in weigh {
+            if let Some(h) = held.get(&run_id)
+                && self.history_too_heavy(&run_id, h.version, len).await?
+            {
+                heavy.push((run_id, h.trace.clone()));
+            }
+        }
+        let continued = long
+            .into_iter()
+            .zip(traces)
+            .map(|(run_id, trace)| (run_id, trace, limit))
+            .chain(heavy.into_iter().map(|(run_id, trace)| (run_id, trace, 2)));
+        for (run_id, trace, min_len) in continued {
+            self.continue_as_new(&run_id, trace, min_len, now).await?;
+            if let Some(h) = held.get_mut(&run_id) {
                 // Fold it again from its continuation before the next decision.
                 h.stale = true;
             }
@@ -307,14 +344,31 @@ impl Worker {
         Ok(true)
     }
 
+    /// Whether the events a run recorded after its start or last continuation (the
+    /// `len` events of its history up to `version` but the first, whose state a
+    /// continuation carries anyway) reach the limit in bytes.
+    async fn history_too_heavy(
+        &self,
+        run_id: &str,
+        version: i64,
+        len: u64,
+    ) -> Result<bool, ExecError> {
+        let stream = crate::log::StreamRef::new(StreamType::Run, run_id);
+        let from = version - i64::try_from(len).unwrap_or(i64::MAX) + 2;
+        let bytes = self.store.stream_bytes(&stream, from.max(2)).await?;
+        Ok(bytes >= self.config.history_bytes)
+    }
+
     /// Record the run's state as it stands in the log (sealed values sealed) in a
     /// `run.continued` event carrying the run's trace: from now on it is folded from
-    /// there. A command like a person's, decided on the stored stream, so it never
+    /// there (unless its history is shorter than `min_len` events by then: another
+    /// worker continued it first). A command like a person's, decided on the stored stream, so it never
     /// sees opened values; a run that ended meanwhile is left as it is.
     async fn continue_as_new(
         &self,
         run_id: &str,
         trace: Option<String>,
+        min_len: u64,
         now: DateTime<Utc>,
     ) -> Result<(), ExecError> {
         use crate::domain::Decide;
@@ -323,7 +377,7 @@ impl Worker {
         let metadata = crate::log::Metadata::actor("awl").with_trace(trace);
         let result = crate::store::command::Command::new(&self.store, &stream, metadata)
             .run(|run: &Run| {
-                if run.is_terminal() || run.history_len() < self.config.history_limit.max(2) {
+                if run.is_terminal() || run.history_len() < min_len {
                     return Ok(Vec::new());
                 }
                 run.decide(RunCommand::Continue { at: now })

@@ -43,8 +43,9 @@ use crate::store::command::Command;
 use crate::store::{EventStore, domain_io};
 use crate::telemetry;
 
+pub use crate::definitions::catalog::{CatalogEntry, VersionEntry};
 pub use crate::engine::verify::{Divergence, Verified};
-pub use archive::ArchivePass;
+pub use archive::{ArchivePass, Retention};
 pub use error::RunsError;
 pub use gates::GateDecision;
 pub use replay::Replay;
@@ -107,6 +108,12 @@ impl Runs {
                 })
             })
             .collect()
+    }
+
+    /// Every registered workflow with its versions, which is retired and whether it
+    /// is paused (read from the workflow streams).
+    pub async fn workflows(&self) -> Result<Vec<CatalogEntry>, RunsError> {
+        Ok(crate::definitions::catalog::list(&self.store).await?)
     }
 
     /// Cancel a run; its parent, if any, is woken to see it.

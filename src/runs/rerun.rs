@@ -2,7 +2,8 @@
 //! inputs: a new run of the same workflow version that keeps what the origin's steps
 //! before that step did (their outputs, carried as `run.step_carried`, not performed
 //! again) and carries on from the step. The new run's start names its origin; the
-//! origin records `run.derived`, so both timelines show the link.
+//! origin records `run.derived`, so both timelines show the link (an archived origin's
+//! history is closed: the link is then on the new run only).
 //!
 //! The step must be a top-level step of the workflow: the steps before it in the file
 //! (with everything nested in them) are carried, and each must have succeeded or been
@@ -100,7 +101,12 @@ impl Runs {
         let started = self
             .start_registered(&registered, resolved, run_id, by, None, Some(lineage))
             .await?;
-        // The origin's side of the link (a finished run still takes this one event).
+        // The origin's side of the link (a finished run still takes this one event,
+        // unless it was archived: its history is closed, and the link stays on the
+        // new run's start).
+        if self.store.is_archived(&run_stream(origin)).await? {
+            return Ok(started);
+        }
         Command::new(&self.store, &run_stream(origin), Metadata::actor(by))
             .run(|run: &Run| {
                 run.decide(RunCommand::NoteDerived {

@@ -91,6 +91,8 @@ pub struct ServeConfig {
     pub max_waits_per_token: usize,
     /// Browser origins allowed to call `/mcp` besides loopback ones.
     pub allowed_origins: origin::AllowedOrigins,
+    /// Archive finished runs on a schedule (`None`: only when asked).
+    pub retention: Option<crate::runs::Retention>,
 }
 
 impl ServeConfig {
@@ -106,6 +108,7 @@ impl ServeConfig {
             ready_max_lag: 10_000,
             max_waits_per_token: 4,
             allowed_origins: origin::AllowedOrigins::default(),
+            retention: None,
         }
     }
 }
@@ -239,6 +242,11 @@ pub async fn start(
     {
         let bulk = crate::bulk::BulkActions::new(store.clone(), clock.clone());
         tokio::spawn(async move { bulk.carry_on_unfinished(200).await });
+    }
+    if let Some(retention) = config.retention {
+        let runs = Runs::new(store.clone(), clock.clone());
+        let stop = stop_rx.clone();
+        tokio::spawn(async move { runs.archive_every(retention, stop).await });
     }
     let worker = config.worker.clone().map(|wc| {
         let worker = Worker::new(store.clone(), runners, wc, clock.clone());

@@ -125,6 +125,7 @@ pub async fn archive(app: &AppState, req: ArchiveRequest) -> Api<ArchiveView> {
         finished_before: cutoff,
         selected: pass.selected.len(),
         archived: pass.runs,
+        tasks: pass.tasks,
         events: pass.events,
         dry_run: req.dry_run,
     })

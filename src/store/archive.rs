@@ -10,7 +10,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::log::{StreamRef, StreamType};
+use crate::log::{ExpectedVersion, StreamRef, StreamType};
 
 use super::backend::Backend;
 use super::{EventStore, StoreError};
@@ -46,10 +46,49 @@ impl EventStore {
             Backend::Postgres(b) => b.archive(kind, &ids, now).await?,
             Backend::Sqlite(b) => b.archive(kind, &ids, now).await?,
         };
+        // (`events` counts what left the hot table in this move: a stream another
+        // process moved first is not counted twice.)
         Ok(Archived {
             streams: if events == 0 { Vec::new() } else { ids },
             events,
         })
+    }
+
+    /// Whether `stream` was moved into the archive.
+    pub async fn is_archived(&self, stream: &StreamRef) -> Result<bool, StoreError> {
+        let found = self
+            .backend()
+            .read_archived_streams(stream.kind, std::slice::from_ref(&stream.id))
+            .await?;
+        Ok(!found.is_empty())
+    }
+
+    /// `error`, or, when it is a conflict because the stream left the hot table for
+    /// the archive, [`StoreError::Archived`]: a clear refusal instead of a conflict
+    /// that deciding again can never resolve.
+    pub(crate) async fn explain_conflict(&self, error: StoreError) -> StoreError {
+        let StoreError::Conflict {
+            stream,
+            expected: ExpectedVersion::Exactly(v),
+            actual: 0,
+        } = &error
+        else {
+            return error;
+        };
+        if *v > 0 && matches!(self.is_archived(stream).await, Ok(true)) {
+            return StoreError::Archived(stream.clone());
+        }
+        error
+    }
+
+    /// The size of the events of a hot stream from `from_version` on (their
+    /// payloads as JSON text): what a history limit in bytes is held against.
+    pub async fn stream_bytes(
+        &self,
+        stream: &StreamRef,
+        from_version: i64,
+    ) -> Result<u64, StoreError> {
+        self.backend().stream_bytes(stream, from_version).await
     }
 
     /// The stream of the event at the log's head.

@@ -79,6 +79,17 @@ impl Backend {
         }
     }
 
+    pub(crate) async fn stream_bytes(
+        &self,
+        stream: &StreamRef,
+        from_version: i64,
+    ) -> Result<u64, StoreError> {
+        match self {
+            Backend::Postgres(b) => b.stream_bytes(stream, from_version).await,
+            Backend::Sqlite(b) => b.stream_bytes(stream, from_version).await,
+        }
+    }
+
     pub(crate) async fn read_all(
         &self,
         after: i64,

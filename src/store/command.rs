@@ -8,7 +8,8 @@
 //! written beside the events are the same everywhere:
 //!
 //! - a conflict (someone appended since the load) reloads and decides again, up to
-//!   [`ATTEMPTS`] times, then gives up with [`CommandError::Busy`];
+//!   [`ATTEMPTS`] times, then gives up with [`CommandError::Busy`] (a stream moved
+//!   into the archive is refused at once: [`StoreError::Archived`]);
 //! - a decision refused on a cached state is decided again on the stream as stored
 //!   before the refusal is reported (a cache may be behind another process's write);
 //! - runs named by the `wakes` function (of the state after the events) get a wake-up
@@ -163,7 +164,13 @@ impl<'a, A: Aggregate> Command<'a, A> {
             }
             match self.append(version, &events, &state).await {
                 Ok(()) => {}
-                Err(StoreError::Conflict { .. }) => continue,
+                Err(e @ StoreError::Conflict { .. }) => {
+                    // A stream moved into the archive never takes the append.
+                    match self.store.explain_conflict(e).await {
+                        StoreError::Conflict { .. } => continue,
+                        e => return Err(CommandError::Store(e)),
+                    }
+                }
                 Err(StoreError::Database { source, context }) if is_unreachable(&source) => {
                     // Written or not: look before deciding again.
                     tracing::warn!(

@@ -20,6 +20,11 @@ pub enum StoreError {
         actual: i64,
     },
 
+    /// The stream was moved into the archive (retention): its history can be read,
+    /// nothing can be appended to it.
+    #[error("stream {0} is archived: its history can be read, but nothing can be added to it")]
+    Archived(StreamRef),
+
     /// A stored event cannot be read back as a valid event.
     #[error("corrupt event {event}: {reason}")]
     Corrupt { event: String, reason: String },
@@ -79,7 +84,9 @@ impl StoreError {
 impl Classified for StoreError {
     fn kind(&self) -> ErrorKind {
         match self {
-            StoreError::Conflict { .. } | StoreError::Refused(_) => ErrorKind::Conflict,
+            StoreError::Conflict { .. } | StoreError::Refused(_) | StoreError::Archived(_) => {
+                ErrorKind::Conflict
+            }
             StoreError::Unavailable(_) => ErrorKind::Unavailable,
             StoreError::Database { source, .. } if is_unreachable(source) => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
@@ -90,6 +97,7 @@ impl Classified for StoreError {
         match self {
             StoreError::Conflict { .. } => "conflict",
             StoreError::Refused(_) => "refused",
+            StoreError::Archived(_) => "archived",
             StoreError::Unavailable(_) => "store_unavailable",
             StoreError::Database { source, .. } if is_unreachable(source) => "store_unavailable",
             _ => "store_error",

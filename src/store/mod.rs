@@ -161,7 +161,10 @@ impl EventStore {
             .send(appender::Job { request, reply })
             .await
             .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        match answer.await.map_err(|_| StoreError::Closed)? {
+            Err(e @ StoreError::Conflict { .. }) => Err(self.explain_conflict(e).await),
+            done => done,
+        }
     }
 
     /// Begin a transaction that can write other rows and append events atomically.

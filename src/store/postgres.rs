@@ -184,8 +184,29 @@ impl PgBackend {
             .collect()
     }
 
+    /// The size of a hot stream's payloads from `from_version` on, as JSON text.
+    pub(crate) async fn stream_bytes(
+        &self,
+        stream: &StreamRef,
+        from_version: i64,
+    ) -> Result<u64, StoreError> {
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(sum(octet_length(payload::text)), 0)::bigint FROM events \
+             WHERE stream_type = $1 AND stream_id = $2 AND version >= $3",
+        )
+        .bind(stream.kind.as_str())
+        .bind(&stream.id)
+        .bind(from_version)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::db(format!("measuring stream {stream}")))?;
+        Ok(bytes.max(0) as u64)
+    }
+
     /// Move the `kind` streams `ids` into the archive in one transaction: how many
-    /// events moved.
+    /// events moved. Two processes moving the same streams at once both succeed: the
+    /// second copies nothing twice (`ON CONFLICT DO NOTHING`) and finds nothing left
+    /// to remove.
     pub(crate) async fn archive(
         &self,
         kind: crate::log::StreamType,
@@ -199,22 +220,24 @@ impl PgBackend {
             .map_err(StoreError::db("beginning a move into the archive"))?;
         let sql = const_format(
             "INSERT INTO events_archive ({COLUMNS}, archived_at) \
-             SELECT {COLUMNS}, $3 FROM events WHERE stream_type = $1 AND stream_id = ANY($2)",
+             SELECT {COLUMNS}, $3 FROM events WHERE stream_type = $1 AND stream_id = ANY($2) \
+             ON CONFLICT DO NOTHING",
         );
-        let moved = sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(kind.as_str())
             .bind(ids)
             .bind(now)
             .execute(&mut *tx)
             .await
-            .map_err(StoreError::db("copying events into the archive"))?
-            .rows_affected();
-        sqlx::query("DELETE FROM events WHERE stream_type = $1 AND stream_id = ANY($2)")
-            .bind(kind.as_str())
-            .bind(ids)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::db("removing archived events from the hot log"))?;
+            .map_err(StoreError::db("copying events into the archive"))?;
+        let moved =
+            sqlx::query("DELETE FROM events WHERE stream_type = $1 AND stream_id = ANY($2)")
+                .bind(kind.as_str())
+                .bind(ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db("removing archived events from the hot log"))?
+                .rows_affected();
         tx.commit()
             .await
             .map_err(StoreError::db("committing a move into the archive"))?;

@@ -193,6 +193,25 @@ impl SqliteBackend {
             .collect()
     }
 
+    /// The size of a hot stream's payloads from `from_version` on, as JSON text.
+    pub(crate) async fn stream_bytes(
+        &self,
+        stream: &StreamRef,
+        from_version: i64,
+    ) -> Result<u64, StoreError> {
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(sum(length(CAST(payload AS BLOB))), 0) FROM events \
+             WHERE stream_type = ?1 AND stream_id = ?2 AND version >= ?3",
+        )
+        .bind(stream.kind.as_str())
+        .bind(&stream.id)
+        .bind(from_version)
+        .fetch_one(&self.reader)
+        .await
+        .map_err(StoreError::db(format!("measuring stream {stream}")))?;
+        Ok(bytes.max(0) as u64)
+    }
+
     /// Move the `kind` streams `ids` into the archive in one transaction: how many
     /// events moved.
     pub(crate) async fn archive(
@@ -207,8 +226,8 @@ impl SqliteBackend {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(StoreError::db("beginning a move into the archive"))?;
-        let moved = sqlx::query(
-            "INSERT INTO events_archive (position, stream_type, stream_id, version, event_type, \
+        sqlx::query(
+            "INSERT OR IGNORE INTO events_archive (position, stream_type, stream_id, version, event_type, \
                event_version, payload, metadata, recorded_at, archived_at) \
              SELECT position, stream_type, stream_id, version, event_type, event_version, \
                payload, metadata, recorded_at, ?3 FROM events \
@@ -219,9 +238,8 @@ impl SqliteBackend {
         .bind(now.timestamp_micros())
         .execute(&mut *tx)
         .await
-        .map_err(StoreError::db("copying events into the archive"))?
-        .rows_affected();
-        sqlx::query(
+        .map_err(StoreError::db("copying events into the archive"))?;
+        let moved = sqlx::query(
             "DELETE FROM events WHERE stream_type = ?1 \
                AND stream_id IN (SELECT value FROM json_each(?2))",
         )
@@ -229,7 +247,8 @@ impl SqliteBackend {
         .bind(&ids)
         .execute(&mut *tx)
         .await
-        .map_err(StoreError::db("removing archived events from the hot log"))?;
+        .map_err(StoreError::db("removing archived events from the hot log"))?
+        .rows_affected();
         tx.commit()
             .await
             .map_err(StoreError::db("committing a move into the archive"))?;

@@ -4,7 +4,7 @@
 // It signs in through the token prompt, watches the board and a run's timeline change
 // without a reload, approves the run's gate by clicking, and sees the run finish;
 // reruns it from its last step, and pauses, resumes and cancels another run with the
-// buttons on its timeline.
+// buttons on its timeline; pauses and resumes the whole workflow from the Workflows tab.
 // Any failed check exits non-zero with a message.
 import { chromium } from "playwright-core";
 
@@ -122,7 +122,29 @@ await step("the cancel button cancels it", () => page.waitForSelector(`${row2} .
 const third = await api("POST", "/api/v1/runs", { workflow: "browser-release", inputs: { version: "2.6.0" } });
 const fourth = await api("POST", "/api/v1/runs", { workflow: "browser-release", inputs: { version: "2.7.0" } });
 for (const r of [third, fourth]) {
-  await step("a picked run waits at its gate", () => page.waitForSelector(`tr[data-run="${r.run_id}"] .s-WAITING`, { timeout: 20000 }));
+  await step("a run waits at its gate", () => page.waitForSelector(`tr[data-run="${r.run_id}"] .s-WAITING`, { timeout: 20000 }));
+}
+
+// The whole workflow paused from the Workflows tab: both runs are held; resumed, they wait
+// at their gates again.
+await page.click("#tabs button[data-tab=workflows]");
+const wf = `#workflow-rows tr[data-workflow="browser-release"]`;
+await step("the workflow is listed with its version", () => page.waitForSelector(`${wf}:has-text('1.0.0') button.pause`, { timeout: 10000 }));
+page.once("dialog", (dialog) => dialog.accept("release freeze"));
+await page.click(`${wf} button.pause`);
+await step("the pause button pauses the workflow", () => page.waitForSelector(`${wf} .s-PAUSED`, { timeout: 10000 }));
+await step("the pause says why", () => page.waitForSelector(`${wf}:has-text('release freeze')`, { timeout: 5000 }));
+await page.screenshot({ path: `${shots}/workflow-paused.png`, fullPage: true });
+await page.click("#tabs button[data-tab=runs]");
+for (const r of [third, fourth]) {
+  await step("the paused workflow holds its runs", () => page.waitForSelector(`tr[data-run="${r.run_id}"] .s-PAUSED`, { timeout: 20000 }));
+}
+await page.click("#tabs button[data-tab=workflows]");
+await page.click(`${wf} button.resume`);
+await step("the resume button resumes the workflow", () => page.waitForSelector(`${wf} .s-ACTIVE`, { timeout: 10000 }));
+await page.click("#tabs button[data-tab=runs]");
+for (const r of [third, fourth]) {
+  await step("a held run goes on", () => page.waitForSelector(`tr[data-run="${r.run_id}"] .s-WAITING`, { timeout: 20000 }));
   await page.check(`tr[data-run="${r.run_id}"] input.pick`);
 }
 await step("the bulk bar counts the picked runs", () => page.waitForSelector("#bulk-count:has-text('2 runs selected')", { timeout: 5000 }));

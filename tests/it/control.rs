@@ -5,8 +5,9 @@
 //! finishes on the version it started with, `awl workflows list|show|diff|retire`);
 //! reruns from a step and forks, with their side effects counted; a bulk cancel over a
 //! filter, its process killed mid-way and carried on; a whole workflow paused (its
-//! runs held, new runs queued) and resumed; a long run that continues as new; finished
-//! runs archived out of the hot log and read the same.
+//! runs held, new runs queued) and resumed; a long run (or a heavy one) that continues
+//! as new; finished runs archived out of the hot log (by hand, and by `awl serve` on a
+//! schedule, with their tasks) and read the same, and rerun from the archive.
 
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::support::cli::{Awl, stdout_of, step};
-use crate::support::server::{Api, config, serve_with, tokens};
+use crate::support::server::{Api, config, free_port, serve_with, tokens};
 use crate::support::{Backend, TestStore, on_both_stores, poll, wait_for};
 
 on_both_stores!(worker_threads = 2;
@@ -26,6 +27,8 @@ on_both_stores!(worker_threads = 2;
     a_paused_workflow_holds_its_runs_and_queues_new_ones,
     a_long_run_continues_as_new_and_replays_from_there,
     an_archived_run_reads_the_same_and_survives_a_rebuild,
+    serve_archives_finished_runs_with_their_tasks_on_a_schedule,
+    a_run_whose_history_grows_heavy_continues_as_new,
 );
 
 const LIMIT: u64 = 60;
@@ -417,6 +420,25 @@ async fn runs_are_paused_resumed_and_cancelled_over_http(backend: Backend) {
         .await;
     assert_eq!(status.as_u16(), 409, "{again}");
     assert!(again.to_string().contains("already paused"), "{again}");
+    // The catalog says so, over REST and MCP alike.
+    let listed = api.fetch(Some(&tk.viewer), "/api/v1/workflows").await;
+    let gated = listed["workflows"]
+        .as_array()
+        .and_then(|all| all.iter().find(|w| w["workflow"] == "gated"))
+        .cloned()
+        .unwrap_or_else(|| panic!("gated is listed: {listed}"));
+    assert_eq!(gated["latest"], "1.0.0", "{gated}");
+    assert!(
+        gated["paused"]
+            .as_str()
+            .is_some_and(|p| p.contains("upstream outage")),
+        "{gated}"
+    );
+    let by_mcp = mcp_call(&api, &tk.viewer, 24, "list_workflows", json!({})).await;
+    assert!(
+        by_mcp.contains("upstream outage") && by_mcp.contains("\"latest\":\"1.0.0\""),
+        "{by_mcp}"
+    );
     let queued = api
         .ok(
             &tk.operator,
@@ -1079,6 +1101,195 @@ async fn an_archived_run_reads_the_same_and_survives_a_rebuild(backend: Backend)
     awl_run_reaches(&awl, &waiting, "CANCELLED").await;
     let check = awl.ok(&["check"]).await;
     assert!(check.contains("no problems"), "{check}");
+}
+
+const REVIEWED: &str = r#"
+name: reviewed
+version: "1.0.0"
+steps:
+  - id: implement
+    type: agent
+    prompt: "Implement it"
+    capabilities: [rust]
+  - id: after
+    tool: noop
+"#;
+
+async fn serve_archives_finished_runs_with_their_tasks_on_a_schedule(backend: Backend) {
+    use awl::log::{StreamRef, StreamType};
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("reviewed.awl.yaml"), REVIEWED).expect("write");
+    std::fs::write(dir.path().join("gated.awl.yaml"), GATED).expect("write");
+    let tk = tokens(&t.store, &["coder"]).await;
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let port = free_port();
+    let log = std::fs::File::create(dir.path().join("serve.log")).expect("log");
+    let mut serve = awl
+        .command(&[
+            "serve",
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+            "--workflows",
+            dir.path().to_str().expect("utf-8"),
+            "--archive-older-than",
+            "0s",
+            "--archive-every",
+            "1s",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start awl serve");
+    let api = Api::at(format!("http://127.0.0.1:{port}"));
+    api.wait_healthy(30).await;
+    let coder = &tk.agents["coder"];
+    api.ok(
+        coder,
+        Method::POST,
+        "/api/v1/agents",
+        json!({"capabilities": ["rust"]}),
+    )
+    .await;
+    let started = api
+        .ok(
+            &tk.operator,
+            Method::POST,
+            "/api/v1/runs",
+            json!({"workflow": "reviewed"}),
+        )
+        .await;
+    let run_id = started["run_id"].as_str().expect("run id").to_string();
+    let got = api
+        .ok(
+            coder,
+            Method::POST,
+            "/api/v1/agents/coder/wait",
+            json!({"timeout_seconds": 20}),
+        )
+        .await;
+    let task_id = got["task"]["task_id"].as_str().expect("a task").to_string();
+    for (action, body) in [
+        ("ack", json!({})),
+        ("complete", json!({"result": {"ok": 1}})),
+    ] {
+        api.ok(
+            coder,
+            Method::POST,
+            &format!("/api/v1/tasks/{task_id}/{action}"),
+            body,
+        )
+        .await;
+    }
+    let finished = run_reaches(&api, &tk.viewer, &run_id, "SUCCEEDED").await;
+    // The finished run's last event is the log's head, which a move never takes: a
+    // run waiting at a gate moves the head on.
+    let waiting = api
+        .ok(
+            &tk.operator,
+            Method::POST,
+            "/api/v1/runs",
+            json!({"workflow": "gated"}),
+        )
+        .await["run_id"]
+        .as_str()
+        .expect("run id")
+        .to_string();
+    run_reaches(&api, &tk.viewer, &waiting, "WAITING").await;
+    let (run, task) = (
+        StreamRef::new(StreamType::Run, run_id.as_str()),
+        StreamRef::new(StreamType::Task, task_id.as_str()),
+    );
+    wait_for(
+        LIMIT,
+        "the schedule to archive the run and its task",
+        async || {
+            let moved = t.store.is_archived(&run).await.expect("read")
+                && t.store.is_archived(&task).await.expect("read");
+            moved.then_some(())
+        },
+    )
+    .await;
+    assert!(
+        !t.store
+            .is_archived(&StreamRef::new(StreamType::Run, waiting.as_str()))
+            .await
+            .expect("read")
+    );
+    // Read from the archive: the run and its task as they were.
+    let view = api
+        .fetch(Some(&tk.viewer), &format!("/api/v1/runs/{run_id}"))
+        .await;
+    assert_eq!(view, finished);
+    let task_view = api
+        .fetch(Some(&tk.viewer), &format!("/api/v1/tasks/{task_id}"))
+        .await;
+    assert_eq!(task_view["status"], "COMPLETED", "{task_view}");
+    // An archived run is rerun from a step: the agent's step is carried, not queued
+    // again; the link is on the new run (the origin's history is closed).
+    let rerun = api
+        .ok(
+            &tk.operator,
+            Method::POST,
+            &format!("/api/v1/runs/{run_id}/rerun"),
+            json!({"from_step": "after"}),
+        )
+        .await;
+    let rerun_id = rerun["run_id"].as_str().expect("run id").to_string();
+    let again = run_reaches(&api, &tk.viewer, &rerun_id, "SUCCEEDED").await;
+    assert_eq!(again["origin"]["run_id"], run_id.as_str(), "{again}");
+    let board = api.fetch(Some(&tk.viewer), "/api/v1/tasks").await;
+    assert_eq!(
+        board.to_string().matches("Implement it").count(),
+        1,
+        "one task in all: {board}"
+    );
+    assert_eq!(
+        api.fetch(Some(&tk.viewer), &format!("/api/v1/runs/{run_id}"))
+            .await,
+        finished
+    );
+    serve.kill().await.expect("stop awl serve");
+    let check = awl.ok(&["check"]).await;
+    assert!(check.contains("no problems"), "{check}");
+}
+
+/// `steps` shell steps, each printing `width` characters.
+fn wordy(steps: usize, width: usize) -> String {
+    let mut text = String::from("name: wordy\nversion: \"1.0.0\"\nsteps:\n");
+    for i in 0..steps {
+        text.push_str(&format!(
+            "  - {{ id: s{i}, type: shell, script: 'printf \"%0{width}d\" 0' }}\n"
+        ));
+    }
+    text
+}
+
+async fn a_run_whose_history_grows_heavy_continues_as_new(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("wordy.awl.yaml");
+    std::fs::write(&file, wordy(40, 1500)).expect("write");
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let run_id = detach(&awl, &file, &[]).await;
+    // Far below the limit in events (10,000 by default), past 20 kB in bytes.
+    let _w = awl.worker(dir.path().join("w.log"), &["--history-bytes", "20000"]);
+    let status = awl_run_reaches(&awl, &run_id, "SUCCEEDED").await;
+    assert_eq!(
+        step(&status, "s39")["output"]["stdout"]
+            .as_str()
+            .map(str::len),
+        Some(1500),
+        "{status:#}"
+    );
+    let events = awl.ok(&["events", "--json", "--stream", &run_id]).await;
+    let continued = events.matches("\"run.continued\"").count();
+    assert!(
+        (1..=3).contains(&continued),
+        "{continued} continuations in\n{events}"
+    );
+    awl.ok(&["replay", &run_id]).await;
 }
 
 /// `awl run --detach FILE --var V...`: the id of the run it started.

@@ -42,6 +42,8 @@ pub struct BoardFilter {
     /// Upper-case statuses; empty: all.
     pub statuses: Vec<String>,
     pub agent: Option<String>,
+    /// Tasks of these runs; empty: any.
+    pub runs: Vec<String>,
     /// Queued at or after.
     pub since: Option<DateTime<Utc>>,
     /// Queued before.
@@ -58,6 +60,7 @@ const COLUMNS: &str = "task_id, status, prompt, capabilities, repository, branch
 pub async fn board(store: &EventStore, f: &BoardFilter) -> Result<Page<BoardRow>, QueryError> {
     let mut w = Where::default();
     w.any_of("status", &f.statuses);
+    w.any_of("run_id", &f.runs);
     if let Some(agent) = &f.agent {
         w.add("assignee = ?", [Param::from(agent.clone())]);
     }

@@ -298,6 +298,41 @@ $("run-pause").addEventListener("click", () => control("pause"));
 $("run-resume").addEventListener("click", () => control("resume"));
 $("run-cancel").addEventListener("click", () => control("cancel"));
 
+// ---- whole workflows: their versions, pause and resume ----------------------------------------
+
+async function loadWorkflows() {
+  const { workflows } = await api("/api/v1/workflows");
+  $("workflow-rows").innerHTML = workflows.map((w) => `
+    <tr data-workflow="${esc(w.workflow)}"><td>${esc(w.workflow)}</td>
+    <td>${w.latest ? esc(w.latest) : `<span class="meta">every version retired</span>`}</td>
+    <td>${w.versions.map((v) => `<span class="chip" title="registered by ${esc(v.registered_by)} ${esc(when(v.registered_at))}${v.retired ? "; retired " + esc(v.retired) : ""}">${esc(v.version)}${v.retired ? " (retired)" : ""}</span>`).join(" ")}</td>
+    <td>${w.paused ? `${status("PAUSED")} <span class="meta">${esc(w.paused)}</span>` : status("ACTIVE")}</td>
+    <td>${w.paused ? `<button class="resume">Resume</button>` : `<button class="pause">Pause</button>`}</td></tr>`).join("")
+    || `<tr><td colspan="5" class="empty">no workflows registered</td></tr>`;
+  for (const row of document.querySelectorAll("#workflow-rows tr[data-workflow]")) {
+    const name = row.dataset.workflow;
+    row.querySelector(".pause")?.addEventListener("click", () => {
+      const reason = prompt(`Pause every run of ${name}: why?`);
+      if (reason !== null) controlWorkflow(name, "pause", reason);
+    });
+    row.querySelector(".resume")?.addEventListener("click", () => controlWorkflow(name, "resume", null));
+  }
+}
+
+async function controlWorkflow(name, how, reason) {
+  try {
+    await api(`/api/v1/workflows/${encodeURIComponent(name)}/${how}`, {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify(reason ? { reason } : {}),
+    });
+    $("workflow-error").hidden = true;
+  } catch (e) {
+    $("workflow-error").hidden = false;
+    $("workflow-error").textContent = `Could not ${how} ${name}: ${e.message}`;
+  }
+  await loadWorkflows().catch(() => {});
+}
+
 async function decide(gate, how, body) {
   try {
     await api(`/api/v1/gates/${encodeURIComponent(gate)}/${how}`, {
@@ -360,10 +395,10 @@ async function loadAgents() {
     || `<tr><td colspan="7" class="empty">no agents registered</td></tr>`;
 }
 
-const LOADERS = { board: loadBoard, runs: loadRuns, inbox: loadInbox, analytics: loadAnalytics, agents: loadAgents };
+const LOADERS = { board: loadBoard, runs: loadRuns, workflows: loadWorkflows, inbox: loadInbox, analytics: loadAnalytics, agents: loadAgents };
 // Which view streams each tab listens to.
 // Three streams at most: a browser keeps only six connections to one server.
-const STREAMS = { board: ["board"], runs: ["runs"], inbox: ["runs"], analytics: ["runs", "board"], agents: ["agents", "board"] };
+const STREAMS = { board: ["board"], runs: ["runs"], workflows: ["runs"], inbox: ["runs"], analytics: ["runs", "board"], agents: ["agents", "board"] };
 
 async function refresh(tab) {
   try {

@@ -367,6 +367,14 @@ impl AwlMcp {
     }
 
     #[tool(
+        description = "The registered workflows: their versions (oldest first), the one start_run starts when no version is named, retired ones, and whether the workflow is paused."
+    )]
+    async fn list_workflows(&self, ctx: Ctx) -> Result<Json<WorkflowList>, ToolError> {
+        require(&ctx, Permission::Read, "list_workflows")?;
+        Ok(Json(WorkflowList::of(self.app.runs.workflows().await?)))
+    }
+
+    #[tool(
         description = "Move runs that finished more than older_than_seconds ago out of the hot log into the archive (their views, status and history stay readable); dry_run counts them. Admins only."
     )]
     async fn archive_runs(

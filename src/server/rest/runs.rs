@@ -13,7 +13,7 @@ use crate::server::extract::Body;
 use crate::server::operate::{self, RunControl, WorkflowControl};
 use crate::server::wire::{
     ArchiveRequest, ArchiveView, BulkRequest, BulkView, GateDecisionRequest, RerunRequest,
-    RunActionRequest, RunView, StartRunRequest, StartedRun, WorkflowControlView,
+    RunActionRequest, RunView, StartRunRequest, StartedRun, WorkflowControlView, WorkflowList,
 };
 
 use super::{Api, Who, created_or_found};
@@ -167,6 +167,10 @@ pub async fn resume_workflow(
 fn accepted(view: WorkflowControlView) -> Api<Response> {
     use axum::response::IntoResponse;
     Ok((axum::http::StatusCode::ACCEPTED, Json(view)).into_response())
+}
+
+pub async fn workflows(State(app): State<AppState>) -> Api<Json<WorkflowList>> {
+    Ok(Json(WorkflowList::of(app.runs.workflows().await?)))
 }
 
 pub async fn archive(

@@ -79,6 +79,7 @@ pub async fn board(
     let filter = BoardFilter {
         statuses: p.statuses(),
         agent: p.agent.clone(),
+        runs: Vec::new(),
         since: p.since()?,
         until: p.until()?,
         after: p.after()?,

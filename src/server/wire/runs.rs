@@ -249,6 +249,58 @@ pub struct WorkflowControlView {
     pub bulk: Option<BulkView>,
 }
 
+/// The registered workflows.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WorkflowList {
+    pub workflows: Vec<WorkflowSummary>,
+}
+
+/// One registered workflow: its versions, which new runs start, whether it is paused.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WorkflowSummary {
+    pub workflow: String,
+    /// The version a run naming none starts (none when every version is retired).
+    pub latest: Option<String>,
+    /// Who paused the whole workflow, when and why, while it is paused.
+    pub paused: Option<String>,
+    /// Oldest first.
+    pub versions: Vec<WorkflowVersion>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WorkflowVersion {
+    pub version: String,
+    pub registered_by: String,
+    pub registered_at: DateTime<Utc>,
+    /// Who retired it, when and why.
+    pub retired: Option<String>,
+}
+
+impl WorkflowList {
+    pub fn of(entries: Vec<crate::runs::CatalogEntry>) -> Self {
+        Self {
+            workflows: entries
+                .into_iter()
+                .map(|e| WorkflowSummary {
+                    workflow: e.workflow,
+                    latest: e.latest,
+                    paused: e.paused,
+                    versions: e
+                        .versions
+                        .into_iter()
+                        .map(|v| WorkflowVersion {
+                            version: v.version,
+                            registered_by: v.registered_by,
+                            registered_at: v.registered_at,
+                            retired: v.retired,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Move runs that finished long enough ago out of the hot log into the archive.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -269,6 +321,9 @@ pub struct ArchiveView {
     /// Runs moved (0 for a dry run; the run holding the log's head waits for the next
     /// pass).
     pub archived: usize,
+    /// Finished board tasks of those runs moved with them.
+    pub tasks: usize,
+    /// Events moved, the runs' and their tasks'.
     pub events: u64,
     pub dry_run: bool,
 }

@@ -4,6 +4,7 @@
 
 mod aggregates;
 mod appends;
+mod archive;
 mod cli;
 mod concurrency;
 mod durability;
@@ -11,6 +12,7 @@ mod tailing;
 
 use aggregates::*;
 use appends::*;
+use archive::*;
 use cli::*;
 use concurrency::*;
 use durability::*;
@@ -39,4 +41,5 @@ crate::support::on_both_stores!(
     events_prints_the_log_filtered,
     events_refuses_bad_arguments_with_a_reason,
     events_follow_prints_what_is_appended_later,
+    an_archived_stream_reads_the_same_and_takes_no_append,
 );
