@@ -17,6 +17,7 @@ use crate::domain::workspace::{Capabilities, Workspace};
 use crate::error::Classified;
 use crate::log::Metadata;
 use crate::store::command::Command;
+use crate::telemetry;
 
 use super::views::{AgentView, TaskView};
 use super::{Board, BoardError, Caller, ToolCall, agent_stream, task_stream};
@@ -298,27 +299,23 @@ impl Board {
         &self,
         id: TaskId,
         by: &Caller,
-        // The span's name: `task ack`, `task complete`, ...
+        // The operation as traced: `task ack`, `task complete`, ...
         op: &'static str,
         decide: F,
     ) -> Result<TaskView, BoardError>
     where
         F: Fn(&Task, DateTime<Utc>) -> Result<Vec<TaskEvent>, BoardError>,
     {
-        let span = tracing::info_span!(
-            "awl.task",
-            otel.name = op,
-            awl.task.id = %id,
-            error.type = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        );
-        let result = self
-            .decide_and_append(id, by, decide)
-            .instrument(span.clone())
-            .await;
+        let (span, own) = telemetry::task_operation(op, &id.to_string());
+        let result = if own {
+            self.decide_and_append(id, by, decide)
+                .instrument(span.clone())
+                .await
+        } else {
+            self.decide_and_append(id, by, decide).await
+        };
         if let Err(e) = &result {
-            span.record("error.type", e.code());
-            span.record("otel.status_code", "ERROR");
+            telemetry::span_failed(&span, e.code());
         }
         result
     }

@@ -29,7 +29,10 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, Registry};
 
 pub use metrics::*;
-pub use trace::{Parent, current_traceparent, propagation_headers, set_parent, traceparent_of};
+pub use trace::{
+    Parent, current_traceparent, propagation_headers, set_parent, span_failed, task_operation,
+    traceparent_of,
+};
 
 /// Why telemetry could not be set up.
 #[derive(Debug, thiserror::Error)]

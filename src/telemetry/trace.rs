@@ -11,15 +11,46 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// The `traceparent` of `span`, if it is part of an exported trace.
+/// The `traceparent` of `span`, if it is part of an exported trace (written as the
+/// W3C propagator writes it, without its map and allocations: every command asks).
 pub fn traceparent_of(span: &Span) -> Option<String> {
     let cx = span.context();
-    if !cx.span().span_context().is_valid() {
+    let sc = cx.span().span_context().clone();
+    if !sc.is_valid() {
         return None;
     }
-    let mut carrier = HashMap::new();
-    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
-    carrier.remove("traceparent")
+    Some(format!(
+        "00-{}-{}-{:02x}",
+        sc.trace_id(),
+        sc.span_id(),
+        (sc.trace_flags() & opentelemetry::trace::TraceFlags::SAMPLED).to_u8()
+    ))
+}
+
+/// Where a board operation on a task is traced. Inside a span (the HTTP request or
+/// MCP tool call that asked for it) the operation is that span's: it gets
+/// `awl.task.operation` and `awl.task.id`, rather than a child span of its own on the
+/// dispatch path. Outside any (the sweeper requeueing a task) it is a span of its own,
+/// named `op`. Returns the span and whether it is a new one (to be entered).
+pub fn task_operation(op: &'static str, task_id: &str) -> (Span, bool) {
+    let current = Span::current();
+    if current.is_none() {
+        let span = tracing::info_span!(
+            "awl.task",
+            otel.name = op,
+            awl.task.id = %task_id,
+        );
+        return (span, true);
+    }
+    current.set_attribute("awl.task.operation", op);
+    current.set_attribute("awl.task.id", task_id.to_string());
+    (current, false)
+}
+
+/// Mark `span` failed with an error code (`error.type`, status ERROR).
+pub fn span_failed(span: &Span, code: &'static str) {
+    span.set_attribute("error.type", code);
+    span.set_status(opentelemetry::trace::Status::error(code));
 }
 
 /// The `traceparent` of the current span.

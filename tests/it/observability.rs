@@ -566,6 +566,51 @@ async fn a_request_trace_carries_into_the_run_and_out_of_its_http_step(backend: 
     assert_eq!(tool["attrs"]["mcp.method.name"], "tools/call");
     assert_eq!(tool["attrs"]["gen_ai.tool.name"], "run_status");
     assert_eq!(tool["attrs"]["mcp.session.id"], session.as_str());
+
+    // A board operation is traced as its request's span: which task, what was done
+    // (no child span of its own on the request path).
+    let task = api
+        .http
+        .post(format!("{}/api/v1/tasks", api.base))
+        .json(&json!({"prompt": "tidy up"}))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let task_id = task["task_id"].as_str().unwrap().to_string();
+    let cancelled = api
+        .http
+        .post(format!("{}/api/v1/tasks/{task_id}/cancel", api.base))
+        .header("traceparent", format!("00-{mcp_trace}-{mcp_caller}-01"))
+        .json(&json!({"reason": "not needed"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), StatusCode::OK);
+    let request = wait_for(30, "the cancel request's span", async || {
+        let spans = got.0.lock().unwrap().clone();
+        spans
+            .into_iter()
+            .find(|s| s["name"] == "POST /api/v1/tasks/{task_id}/cancel")
+    })
+    .await;
+    assert_eq!(request["traceId"], mcp_trace, "{request}");
+    assert_eq!(
+        request["attrs"]["awl.task.operation"], "task cancel",
+        "{request}"
+    );
+    assert_eq!(
+        request["attrs"]["awl.task.id"],
+        task_id.as_str(),
+        "{request}"
+    );
+    let spans = got.0.lock().unwrap().clone();
+    assert!(
+        !spans.iter().any(|s| s["name"] == "task cancel"),
+        "no child span for the operation"
+    );
     let _ = serve.kill().await;
 }
 
