@@ -13,7 +13,7 @@ pub fn parse_time(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, Strin
         return Ok(d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()).unwrap_or(now));
     }
     let age = parse_age(text).map_err(|e| {
-        if e.contains("unit") {
+        if e.contains("the unit must be") {
             e
         } else {
             format!("{text:?} is not a time: use RFC 3339, YYYY-MM-DD, or an age like 15m, 2h, 7d")

@@ -116,6 +116,24 @@ impl Runs {
         Ok(crate::definitions::catalog::list(&self.store).await?)
     }
 
+    /// Retire `version` of the workflow `name`: it takes no new runs, its runs finish
+    /// on it. The catalog entry afterwards.
+    pub async fn retire_version(
+        &self,
+        name: &str,
+        version: &str,
+        by: &str,
+        reason: &str,
+    ) -> Result<CatalogEntry, RunsError> {
+        use crate::definitions::catalog;
+        catalog::retire_version(&self.store, name, version, by, reason, self.now()).await?;
+        catalog::list(&self.store)
+            .await?
+            .into_iter()
+            .find(|e| e.workflow == name)
+            .ok_or_else(|| RunsError::Invalid(format!("no workflow named {name:?}")))
+    }
+
     /// Cancel a run; its parent, if any, is woken to see it.
     pub async fn cancel(&self, run_id: RunId, by: &str, reason: &str) -> Result<Run, RunsError> {
         let stream = run_stream(run_id);

@@ -814,6 +814,7 @@ async fn every_route_against_every_role(backend: Backend) {
             .replace("{run_id}", &uuid::Uuid::now_v7().to_string())
             .replace("{gate_id}", &uuid::Uuid::now_v7().to_string())
             .replace("{name}", &spare.0.name)
+            .replace("{version}", "1.0.0")
             .replace("{view}", "board")
     };
     let callers: Vec<(Option<Role>, Option<&str>)> = vec![

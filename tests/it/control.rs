@@ -473,6 +473,55 @@ async fn runs_are_paused_resumed_and_cancelled_over_http(backend: Backend) {
     for run in &waiting {
         run_reaches(&api, &tk.viewer, run, "PAUSED").await;
     }
+    // Retiring a version: not a viewer's to do; an unknown version is named; retired
+    // over MCP, the workflow takes no new runs, and the runs on it are left alone.
+    let retire = "/api/v1/workflows/gated/versions/1.0.0/retire";
+    let (status, body) = api
+        .call(
+            Some(&tk.viewer),
+            Method::POST,
+            retire,
+            Some(json!({"reason": "old"})),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 403, "{body}");
+    let (status, body) = api
+        .call(
+            Some(&tk.operator),
+            Method::POST,
+            "/api/v1/workflows/gated/versions/9.9.9/retire",
+            Some(json!({"reason": "old"})),
+        )
+        .await;
+    assert!(
+        status.is_client_error() && body.to_string().contains("9.9.9"),
+        "{status} {body}"
+    );
+    let retired = mcp_call(
+        &api,
+        &tk.operator,
+        25,
+        "retire_version",
+        json!({"workflow": "gated", "version": "1.0.0", "reason": "replaced"}),
+    )
+    .await;
+    assert!(
+        retired.contains("replaced") && retired.contains("\"latest\":null"),
+        "{retired}"
+    );
+    let (status, body) = api
+        .call(
+            Some(&tk.operator),
+            Method::POST,
+            "/api/v1/runs",
+            Some(json!({"workflow": "gated"})),
+        )
+        .await;
+    assert!(
+        status.is_client_error() && body.to_string().contains("no runnable version"),
+        "{status} {body}"
+    );
+    run_reaches(&api, &tk.viewer, &queued, "WAITING").await;
     server.shutdown().await.expect("stop");
 }
 

@@ -123,7 +123,7 @@ impl AwlMcp {
                     (report_progress, report_tool_call, ask_question) -> submit_for_review or \
                     complete_task / fail_task; read a task's feedback before starting. \
                     Operators: send_task, list_tasks, answer_question, approve_task, \
-                    request_changes, list_workflows, start_run, run_status, control_run, control_workflow, \
+                    request_changes, list_workflows, start_run, run_status, control_run, control_workflow, retire_version, \
                     rerun_run, bulk_action, approve_gate; admins: archive_runs."
 )]
 impl ServerHandler for AwlMcp {

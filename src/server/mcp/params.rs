@@ -176,6 +176,18 @@ pub struct ControlRunParams {
     pub reason: Option<String>,
 }
 
+/// Retire a version of a workflow.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetireVersionParams {
+    /// The workflow's name.
+    pub workflow: String,
+    /// The version to retire.
+    pub version: String,
+    /// Why (recorded with who).
+    pub reason: String,
+}
+
 /// Pause or resume a whole workflow.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

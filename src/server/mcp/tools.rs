@@ -375,6 +375,23 @@ impl AwlMcp {
     }
 
     #[tool(
+        description = "Retire a version of a workflow: it takes no new runs (runs on it finish on it); start_run then starts the newest version not retired. Returns the workflow's versions."
+    )]
+    async fn retire_version(
+        &self,
+        Parameters(p): Parameters<RetireVersionParams>,
+        ctx: Ctx,
+    ) -> Result<Json<WorkflowSummary>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "retire_version")?;
+        let entry = self
+            .app
+            .runs
+            .retire_version(&p.workflow, &p.version, &who.name, &p.reason)
+            .await?;
+        Ok(Json(WorkflowSummary::of(entry)))
+    }
+
+    #[tool(
         description = "Move runs that finished more than older_than_seconds ago out of the hot log into the archive (their views, status and history stay readable); dry_run counts them. Admins only."
     )]
     async fn archive_runs(

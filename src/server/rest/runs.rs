@@ -13,7 +13,8 @@ use crate::server::extract::Body;
 use crate::server::operate::{self, RunControl, WorkflowControl};
 use crate::server::wire::{
     ArchiveRequest, ArchiveView, BulkRequest, BulkView, GateDecisionRequest, RerunRequest,
-    RunActionRequest, RunView, StartRunRequest, StartedRun, WorkflowControlView, WorkflowList,
+    RetireRequest, RunActionRequest, RunView, StartRunRequest, StartedRun, WorkflowControlView,
+    WorkflowList, WorkflowSummary,
 };
 
 use super::{Api, Who, created_or_found};
@@ -171,6 +172,19 @@ fn accepted(view: WorkflowControlView) -> Api<Response> {
 
 pub async fn workflows(State(app): State<AppState>) -> Api<Json<WorkflowList>> {
     Ok(Json(WorkflowList::of(app.runs.workflows().await?)))
+}
+
+pub async fn retire_version(
+    State(app): State<AppState>,
+    who: Who,
+    Path((name, version)): Path<(String, String)>,
+    Body(req): Body<RetireRequest>,
+) -> Api<Json<WorkflowSummary>> {
+    let entry = app
+        .runs
+        .retire_version(&name, &version, &who.name, &req.reason)
+        .await?;
+    Ok(Json(WorkflowSummary::of(entry)))
 }
 
 pub async fn archive(

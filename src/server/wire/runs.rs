@@ -279,26 +279,37 @@ pub struct WorkflowVersion {
 impl WorkflowList {
     pub fn of(entries: Vec<crate::runs::CatalogEntry>) -> Self {
         Self {
-            workflows: entries
+            workflows: entries.into_iter().map(WorkflowSummary::of).collect(),
+        }
+    }
+}
+
+impl WorkflowSummary {
+    pub fn of(e: crate::runs::CatalogEntry) -> Self {
+        Self {
+            workflow: e.workflow,
+            latest: e.latest,
+            paused: e.paused,
+            versions: e
+                .versions
                 .into_iter()
-                .map(|e| WorkflowSummary {
-                    workflow: e.workflow,
-                    latest: e.latest,
-                    paused: e.paused,
-                    versions: e
-                        .versions
-                        .into_iter()
-                        .map(|v| WorkflowVersion {
-                            version: v.version,
-                            registered_by: v.registered_by,
-                            registered_at: v.registered_at,
-                            retired: v.retired,
-                        })
-                        .collect(),
+                .map(|v| WorkflowVersion {
+                    version: v.version,
+                    registered_by: v.registered_by,
+                    registered_at: v.registered_at,
+                    retired: v.retired,
                 })
                 .collect(),
         }
     }
+}
+
+/// Retire a version of a workflow (it takes no new runs; its runs finish on it).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetireRequest {
+    /// Why (recorded with who).
+    pub reason: String,
 }
 
 /// Move runs that finished long enough ago out of the hot log into the archive.
