@@ -306,16 +306,16 @@ impl Board {
     where
         F: Fn(&Task, DateTime<Utc>) -> Result<Vec<TaskEvent>, BoardError>,
     {
-        let (span, own) = telemetry::task_operation(op, &id.to_string());
-        let result = if own {
-            self.decide_and_append(id, by, decide)
-                .instrument(span.clone())
-                .await
-        } else {
-            self.decide_and_append(id, by, decide).await
+        let own = telemetry::task_span(op, &id.to_string());
+        let acting = self.decide_and_append(id, by, decide);
+        let result = match &own {
+            Some(span) => acting.instrument(span.clone()).await,
+            None => acting.await,
         };
-        if let Err(e) = &result {
-            telemetry::span_failed(&span, e.code());
+        match (&result, &own) {
+            (Err(e), Some(span)) => telemetry::span_failed(span, e.code()),
+            (Ok(_), None) => telemetry::task_done(op, &id.to_string()),
+            _ => {}
         }
         result
     }

@@ -30,8 +30,8 @@ use tracing_subscriber::{Layer, Registry};
 
 pub use metrics::*;
 pub use trace::{
-    Parent, current_traceparent, propagation_headers, set_parent, span_failed, task_operation,
-    traceparent_of,
+    Parent, current_traceparent, propagation_headers, set_parent, span_failed, task_done,
+    task_span, traceparent_of,
 };
 
 /// Why telemetry could not be set up.

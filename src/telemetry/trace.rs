@@ -27,24 +27,29 @@ pub fn traceparent_of(span: &Span) -> Option<String> {
     ))
 }
 
-/// Where a board operation on a task is traced. Inside a span (the HTTP request or
-/// MCP tool call that asked for it) the operation is that span's: it gets
-/// `awl.task.operation` and `awl.task.id`, rather than a child span of its own on the
-/// dispatch path. Outside any (the sweeper requeueing a task) it is a span of its own,
-/// named `op`. Returns the span and whether it is a new one (to be entered).
-pub fn task_operation(op: &'static str, task_id: &str) -> (Span, bool) {
-    let current = Span::current();
-    if current.is_none() {
-        let span = tracing::info_span!(
+/// The span of a board operation on a task, when it needs one of its own: outside any
+/// span (the sweeper requeueing a task), a span named `op`. Inside a span (the HTTP
+/// request or MCP tool call that asked for it) none: the operation is that span's,
+/// and [`task_done`] names it there once it happened (a child span per operation
+/// doubled the spans on the dispatch path).
+pub fn task_span(op: &'static str, task_id: &str) -> Option<Span> {
+    Span::current().is_none().then(|| {
+        tracing::info_span!(
             "awl.task",
             otel.name = op,
             awl.task.id = %task_id,
-        );
-        return (span, true);
-    }
+        )
+    })
+}
+
+/// Name on the current span (the request's) the operation it carried out:
+/// `awl.task.operation` and `awl.task.id`. Only for an operation that happened: one
+/// refused on the way (a reservation another agent won first) leaves the request's
+/// span as the request's outcome says, not failed.
+pub fn task_done(op: &'static str, task_id: &str) {
+    let current = Span::current();
     current.set_attribute("awl.task.operation", op);
     current.set_attribute("awl.task.id", task_id.to_string());
-    (current, false)
 }
 
 /// Mark `span` failed with an error code (`error.type`, status ERROR).

@@ -580,22 +580,43 @@ async fn a_request_trace_carries_into_the_run_and_out_of_its_http_step(backend: 
         .await
         .unwrap();
     let task_id = task["task_id"].as_str().unwrap().to_string();
-    let cancelled = api
-        .http
-        .post(format!("{}/api/v1/tasks/{task_id}/cancel", api.base))
-        .header("traceparent", format!("00-{mcp_trace}-{mcp_caller}-01"))
-        .json(&json!({"reason": "not needed"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cancelled.status(), StatusCode::OK);
-    let request = wait_for(30, "the cancel request's span", async || {
-        let spans = got.0.lock().unwrap().clone();
-        spans
-            .into_iter()
-            .find(|s| s["name"] == "POST /api/v1/tasks/{task_id}/cancel")
-    })
-    .await;
+    let cancel = |trace: &'static str| {
+        api.http
+            .post(format!("{}/api/v1/tasks/{task_id}/cancel", api.base))
+            .header("traceparent", format!("00-{trace}-{mcp_caller}-01"))
+            .json(&json!({"reason": "not needed"}))
+            .send()
+    };
+    assert_eq!(cancel(mcp_trace).await.unwrap().status(), StatusCode::OK);
+    // A second cancel is refused: the request says so, and names no operation done.
+    let refused_trace = "2bf92f3577b34da6a3ce929d0e0e4736";
+    assert_eq!(
+        cancel(refused_trace).await.unwrap().status(),
+        StatusCode::CONFLICT
+    );
+    let cancel_span = |trace: &'static str| {
+        let got = got.clone();
+        async move {
+            wait_for(30, "a cancel request's span", async || {
+                let spans = got.0.lock().unwrap().clone();
+                spans.into_iter().find(|s| {
+                    s["name"] == "POST /api/v1/tasks/{task_id}/cancel" && s["traceId"] == trace
+                })
+            })
+            .await
+        }
+    };
+    let refused = cancel_span(refused_trace).await;
+    assert_eq!(
+        refused["attrs"]["http.response.status_code"], "409",
+        "{refused}"
+    );
+    assert!(
+        refused["attrs"].get("awl.task.operation").is_none()
+            && refused["attrs"].get("error.type").is_none(),
+        "{refused}"
+    );
+    let request = cancel_span(mcp_trace).await;
     assert_eq!(request["traceId"], mcp_trace, "{request}");
     assert_eq!(
         request["attrs"]["awl.task.operation"], "task cancel",
