@@ -77,7 +77,7 @@ async fn main() {
     };
     let planning = Instant::now();
     let planned = bulk
-        .plan(BulkAction::Cancel, filter, "bench", "bench")
+        .plan(BulkAction::Cancel, None, filter, "bench", "bench")
         .await
         .expect("plan");
     let plan = planning.elapsed();

@@ -5,7 +5,9 @@
 //! continue`). Each run's own aggregate decides whether it can be acted on; one that
 //! cannot (it finished meanwhile, it is not paused) is skipped with the reason. A
 //! batch of cancels, pauses or resumes is committed in one transaction (the executor's
-//! way with many runs); retries start new runs, one command each.
+//! way with many runs); retries and reruns from a step start new runs, one command
+//! each, under run ids derived from the action's id and the origin's, so a batch done
+//! again after a crash starts no run twice.
 //!
 //! Pausing a whole workflow is the workflow's own event (`workflow.paused`, after which
 //! its new runs start paused) followed by a bulk action that holds its active runs;
@@ -56,6 +58,7 @@ impl crate::error::Classified for BulkServiceError {
         use crate::error::ErrorKind;
         match self {
             Self::NotFound(_) => ErrorKind::NotFound,
+            Self::Refused(BulkError::Invalid { .. }) => ErrorKind::Invalid,
             Self::Refused(_) => ErrorKind::Conflict,
             Self::Busy(_) => ErrorKind::Unavailable,
             Self::Runs(e) => e.kind(),
@@ -66,6 +69,7 @@ impl crate::error::Classified for BulkServiceError {
     fn code(&self) -> &'static str {
         match self {
             Self::NotFound(_) => "bulk_not_found",
+            Self::Refused(BulkError::Invalid { .. }) => "invalid_request",
             Self::Refused(_) => "illegal_transition",
             Self::Busy(_) => "busy",
             Self::Runs(e) => e.code(),
@@ -96,8 +100,8 @@ fn stream(id: Uuid) -> StreamRef {
     StreamRef::new(StreamType::Bulk, id.to_string())
 }
 
-/// The run command a bulk action issues to each run in one commit; `None` for a retry,
-/// which starts a new run instead.
+/// The run command a bulk action issues to each run in one commit; `None` for a retry
+/// or a rerun, which start new runs instead.
 fn run_command(
     action: BulkAction,
     by: &str,
@@ -114,8 +118,15 @@ fn run_command(
             workflow: action == BulkAction::Hold,
         }),
         BulkAction::Resume => Some(RunCommand::Resume { by, at }),
-        BulkAction::Retry => None,
+        BulkAction::Retry | BulkAction::Rerun => None,
     }
+}
+
+/// The id of the run a bulk retry or rerun `bulk_id` starts from `origin`: the same
+/// each time the batch is done, so a batch done again after a crash finds the run it
+/// started.
+pub fn derived_run_id(bulk_id: Uuid, origin: RunId) -> RunId {
+    RunId::from_uuid(Uuid::new_v5(&bulk_id, origin.as_uuid().as_bytes()))
 }
 
 /// A run folded from its stream, with the stream's version.
@@ -163,16 +174,19 @@ impl BulkActions {
     pub async fn plan(
         &self,
         action: BulkAction,
+        from_step: Option<String>,
         filter: BulkFilter,
         reason: &str,
         by: &str,
     ) -> Result<Bulk, BulkServiceError> {
+        crate::domain::bulk::check_step(action, from_step.as_deref())?;
         let selected = self.select(&filter).await?;
         let bulk_id = Uuid::now_v7();
         let now = (self.clock)();
         let plan = BulkCommand::Plan {
             bulk_id,
             action,
+            from_step,
             filter,
             reason: reason.to_string(),
             total: selected.len() as u64,
@@ -261,11 +275,12 @@ impl BulkActions {
     pub async fn start(
         &self,
         action: BulkAction,
+        from_step: Option<String>,
         filter: BulkFilter,
         reason: &str,
         by: &str,
     ) -> Result<Bulk, BulkServiceError> {
-        let planned = self.plan(action, filter, reason, by).await?;
+        let planned = self.plan(action, from_step, filter, reason, by).await?;
         self.carry_out_in_background(&planned, by);
         Ok(planned)
     }
@@ -302,7 +317,7 @@ impl BulkActions {
             ..BulkFilter::default()
         };
         let reason = format!("workflow {name} paused: {reason}");
-        self.plan(BulkAction::Hold, filter, &reason, by).await
+        self.plan(BulkAction::Hold, None, filter, &reason, by).await
     }
 
     /// Resume the paused workflow `name`: record it, then plan a bulk resume of the
@@ -344,7 +359,8 @@ impl BulkActions {
         };
         let reason = format!("workflow {name} resumed");
         Ok(Some(
-            self.plan(BulkAction::Resume, filter, &reason, by).await?,
+            self.plan(BulkAction::Resume, None, filter, &reason, by)
+                .await?,
         ))
     }
 
@@ -385,10 +401,10 @@ impl BulkActions {
             } else {
                 let (mut acted, mut skipped) = (0, Vec::new());
                 let results = match run_command(action, by, &reason, now) {
-                    // A retry starts a new run per run: one command each.
-                    None => self.act_each(action, &todo, &reason, by).await,
+                    // A retry or a rerun starts a new run per run: one command each.
+                    None => self.act_each(&bulk, &todo, by).await,
                     Some(command) => {
-                        self.act_in_one_commit(action, &command, &todo, &reason, by)
+                        self.act_in_one_commit(&bulk, action, &command, &todo, by)
                             .await?
                     }
                 };
@@ -422,13 +438,12 @@ impl BulkActions {
     /// Act on each run with its own command, a few at a time; results in order.
     async fn act_each(
         &self,
-        action: BulkAction,
+        bulk: &Bulk,
         runs: &[RunId],
-        reason: &str,
         by: &str,
     ) -> Vec<(RunId, Result<(), RunsError>)> {
         futures_util::stream::iter(runs.iter().copied())
-            .map(|run| async move { (run, self.act(action, run, reason, by).await) })
+            .map(|run| async move { (run, self.act(bulk, run, by).await) })
             .buffered(CONCURRENT_RUNS)
             .collect()
             .await
@@ -441,10 +456,10 @@ impl BulkActions {
     /// command; one that refuses is skipped with its reason. Results in order.
     async fn act_in_one_commit(
         &self,
+        bulk: &Bulk,
         action: BulkAction,
         command: &RunCommand,
         runs: &[RunId],
-        reason: &str,
         by: &str,
     ) -> Result<Vec<(RunId, Result<(), RunsError>)>, BulkServiceError> {
         let now = (self.clock)();
@@ -518,24 +533,31 @@ impl BulkActions {
         // which reloads and decides again.
         for slot in again {
             let run = results[slot].0;
-            results[slot].1 = self.act(action, run, reason, by).await;
+            results[slot].1 = self.act(bulk, run, by).await;
         }
         Ok(results)
     }
 
-    async fn act(
-        &self,
-        action: BulkAction,
-        run: RunId,
-        reason: &str,
-        by: &str,
-    ) -> Result<(), RunsError> {
+    /// Act on one run with its own command.
+    async fn act(&self, bulk: &Bulk, run: RunId, by: &str) -> Result<(), RunsError> {
+        let reason = bulk.reason();
+        let Some((bulk_id, action)) = bulk.id().zip(bulk.action()) else {
+            return Err(RunsError::Invalid("the bulk action is not planned".into()));
+        };
+        let derived = derived_run_id(bulk_id, run);
         match action {
             BulkAction::Cancel => self.runs.cancel(run, by, reason).await.map(|_| ()),
             BulkAction::Pause => self.runs.pause(run, by, reason).await.map(|_| ()),
             BulkAction::Hold => self.runs.hold(run, by, reason).await.map(|_| ()),
             BulkAction::Resume => self.runs.resume(run, by).await.map(|_| ()),
-            BulkAction::Retry => self.runs.retry(run, by).await.map(|_| ()),
+            BulkAction::Retry => self.runs.retry_as(derived, run, by).await.map(|_| ()),
+            BulkAction::Rerun => {
+                let step = bulk.from_step().unwrap_or_default();
+                self.runs
+                    .rerun_as(derived, run, step, None, by)
+                    .await
+                    .map(|_| ())
+            }
         }
     }
 }

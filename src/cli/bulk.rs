@@ -1,5 +1,5 @@
-//! `awl bulk cancel|pause|resume|retry [filter] [--dry-run]`: one action over every run a
-//! filter selects, carried out here in batches and recorded as a stream of its own;
+//! `awl bulk cancel|pause|resume|retry [filter] [--dry-run]` and `awl bulk rerun --from
+//! STEP [filter]`: one action over every run a filter selects, carried out here in batches and recorded as a stream of its own;
 //! `awl bulk continue ID` carries on one whose process stopped; `awl bulk show ID`.
 
 use std::collections::BTreeMap;
@@ -33,6 +33,15 @@ enum BulkCommand {
     Resume(Selection),
     /// Rerun every failed run the filter selects from the step it stopped at.
     Retry(Selection),
+    /// Rerun every finished run the filter selects from one step, keeping the outputs
+    /// of the steps before it.
+    Rerun {
+        /// The top-level step each run starts again at.
+        #[arg(long = "from", value_name = "STEP")]
+        from_step: String,
+        #[command(flatten)]
+        selection: Selection,
+    },
     /// Carry on a bulk action whose process stopped, from its last recorded batch.
     Continue {
         id: Uuid,
@@ -109,11 +118,15 @@ impl Selection {
 
 pub async fn bulk(store: EventStore, args: BulkArgs) -> anyhow::Result<()> {
     let service = BulkActions::new(store, system_clock());
-    let (action, selection) = match args.command {
-        BulkCommand::Cancel(s) => (BulkAction::Cancel, s),
-        BulkCommand::Pause(s) => (BulkAction::Pause, s),
-        BulkCommand::Resume(s) => (BulkAction::Resume, s),
-        BulkCommand::Retry(s) => (BulkAction::Retry, s),
+    let (action, from_step, selection) = match args.command {
+        BulkCommand::Cancel(s) => (BulkAction::Cancel, None, s),
+        BulkCommand::Pause(s) => (BulkAction::Pause, None, s),
+        BulkCommand::Resume(s) => (BulkAction::Resume, None, s),
+        BulkCommand::Retry(s) => (BulkAction::Retry, None, s),
+        BulkCommand::Rerun {
+            from_step,
+            selection,
+        } => (BulkAction::Rerun, Some(from_step), selection),
         BulkCommand::Continue { id, batch, by } => {
             let bulk = service.get(id).await?;
             eprintln!(
@@ -137,6 +150,7 @@ pub async fn bulk(store: EventStore, args: BulkArgs) -> anyhow::Result<()> {
         }
     };
     let filter = selection.filter()?;
+    crate::domain::bulk::check_step(action, from_step.as_deref())?;
     if selection.dry_run {
         let selected = service.select(&filter).await?;
         println!(
@@ -151,7 +165,9 @@ pub async fn bulk(store: EventStore, args: BulkArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let by = actor(&selection.by);
-    let bulk = service.plan(action, filter, &selection.reason, &by).await?;
+    let bulk = service
+        .plan(action, from_step, filter, &selection.reason, &by)
+        .await?;
     let id = bulk.id().unwrap_or_default();
     eprintln!("bulk {id}: {} {} runs", action.as_str(), bulk.total());
     let _ = std::io::stderr().flush();
@@ -167,6 +183,7 @@ fn describe(bulk: &Bulk) -> Value {
     json!({
         "bulk_id": bulk.id(),
         "action": bulk.action().map(|a| a.as_str()),
+        "from_step": bulk.from_step(),
         "filter": bulk.filter(),
         "status": bulk.status(),
         "total": bulk.total(),

@@ -37,6 +37,27 @@ impl Runs {
         changes: Option<Map<String, Value>>,
         by: &str,
     ) -> Result<Started, RunsError> {
+        self.rerun_as(RunId::new(), origin, from_step, changes, by)
+            .await
+    }
+
+    /// [`Runs::rerun`] as the new run `run_id`, chosen by the caller so that doing it
+    /// again is harmless: when `run_id` was already started from `origin` (an attempt
+    /// that stopped before it was recorded everywhere, as a bulk rerun carried on after
+    /// a crash), nothing new is started and the origin's side of the link is made sure
+    /// of.
+    pub async fn rerun_as(
+        &self,
+        run_id: RunId,
+        origin: RunId,
+        from_step: &str,
+        changes: Option<Map<String, Value>>,
+        by: &str,
+    ) -> Result<Started, RunsError> {
+        if let Some((started, link)) = self.derived_already(run_id, origin).await? {
+            self.note_derived(origin, run_id, link, by).await?;
+            return Ok(started);
+        }
         let logged = self.store.read_current(&run_stream(origin)).await?;
         let (recorded, _) = domain_io::fold::<Run>(&logged)?;
         let status = recorded.status().ok_or(RunsError::RunNotFound(origin))?;
@@ -89,36 +110,76 @@ impl Runs {
             content_hash: String::new(),
             workflow,
         };
-        let run_id = RunId::new();
+        let link = RunOrigin {
+            run_id: origin,
+            from_step: step,
+            kind,
+        };
         let lineage = Lineage {
-            origin: RunOrigin {
-                run_id: origin,
-                from_step: step.clone(),
-                kind,
-            },
+            origin: link.clone(),
             carried,
         };
         let started = self
             .start_registered(&registered, resolved, run_id, by, None, Some(lineage))
             .await?;
-        // The origin's side of the link (a finished run still takes this one event,
-        // unless it was archived: its history is closed, and the link stays on the
-        // new run's start).
-        if self.store.is_archived(&run_stream(origin)).await? {
-            return Ok(started);
+        self.note_derived(origin, run_id, link, by).await?;
+        Ok(started)
+    }
+
+    /// The run `run_id` if it was already started from `origin`, with its link; an
+    /// error if it is a run of something else.
+    async fn derived_already(
+        &self,
+        run_id: RunId,
+        origin: RunId,
+    ) -> Result<Option<(Started, RunOrigin)>, RunsError> {
+        let logged = self.store.read_current(&run_stream(run_id)).await?;
+        if logged.is_empty() {
+            return Ok(None);
         }
+        let (run, _) = domain_io::fold::<Run>(&logged)?;
+        match run.origin() {
+            Some(link) if link.run_id == origin => Ok(Some((
+                Started {
+                    run_id,
+                    workflow: run.workflow().map(|w| w.to_string()).unwrap_or_default(),
+                    version: run.workflow_version().to_string(),
+                    created: false,
+                },
+                link.clone(),
+            ))),
+            _ => Err(RunsError::Invalid(format!(
+                "run {run_id} exists and was not made from run {origin}"
+            ))),
+        }
+    }
+
+    /// The origin's side of the link (a finished run still takes this one event, once,
+    /// unless it was archived: its history is closed, and the link stays on the new
+    /// run's start).
+    async fn note_derived(
+        &self,
+        origin: RunId,
+        run_id: RunId,
+        link: RunOrigin,
+        by: &str,
+    ) -> Result<(), RunsError> {
+        if self.store.is_archived(&run_stream(origin)).await? {
+            return Ok(());
+        }
+        let now = self.now();
         Command::new(&self.store, &run_stream(origin), Metadata::actor(by))
             .run(|run: &Run| {
                 run.decide(RunCommand::NoteDerived {
                     run_id,
-                    kind,
-                    from_step: step.clone(),
+                    kind: link.kind,
+                    from_step: link.from_step.clone(),
                     by: by.to_string(),
                     at: now,
                 })
             })
             .await?;
-        Ok(started)
+        Ok(())
     }
 
     /// A run folded with every sealed value opened (as the executor sees it).
@@ -191,6 +252,16 @@ impl Runs {
     /// Rerun a failed (or cancelled) run from the top-level step it stopped at: the
     /// first one that did not succeed or get skipped.
     pub async fn retry(&self, origin: RunId, by: &str) -> Result<Started, RunsError> {
+        self.retry_as(RunId::new(), origin, by).await
+    }
+
+    /// [`Runs::retry`] as the new run `run_id` (see [`Runs::rerun_as`]).
+    pub async fn retry_as(
+        &self,
+        run_id: RunId,
+        origin: RunId,
+        by: &str,
+    ) -> Result<Started, RunsError> {
         let logged = self.store.read_current(&run_stream(origin)).await?;
         let (recorded, _) = domain_io::fold::<Run>(&logged)?;
         if recorded.status().is_none() {
@@ -217,6 +288,6 @@ impl Runs {
                 "run {origin}: every step succeeded, nothing to retry"
             )));
         };
-        self.rerun(origin, step.id(), None, by).await
+        self.rerun_as(run_id, origin, step.id(), None, by).await
     }
 }

@@ -58,6 +58,8 @@ pub async fn control(
 /// answered at once with its id and size. The flag says which it was.
 pub async fn bulk(app: &AppState, by: &str, req: BulkRequest) -> Api<(bool, BulkView)> {
     let action: BulkAction = req.action.parse().map_err(ApiError::invalid)?;
+    crate::domain::bulk::check_step(action, req.from_step.as_deref())
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
     let filter = BulkFilter {
         workflow: req.workflow,
         statuses: req.statuses.iter().map(|s| s.to_uppercase()).collect(),
@@ -68,12 +70,15 @@ pub async fn bulk(app: &AppState, by: &str, req: BulkRequest) -> Api<(bool, Bulk
     };
     if req.dry_run {
         let selected = app.bulk.select(&filter).await?;
-        return Ok((true, BulkView::dry_run(action, &selected)));
+        return Ok((true, BulkView::dry_run(action, req.from_step, &selected)));
     }
     let reason = req
         .reason
         .unwrap_or_else(|| format!("bulk {} by {by}", action.as_str()));
-    let planned = app.bulk.start(action, filter, &reason, by).await?;
+    let planned = app
+        .bulk
+        .start(action, req.from_step, filter, &reason, by)
+        .await?;
     Ok((false, BulkView::of(&planned)))
 }
 

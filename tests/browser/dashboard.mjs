@@ -158,6 +158,17 @@ for (const r of [third, fourth]) {
 await step("the cancelled runs' gates leave the inbox", () => page.waitForSelector("#inbox-count", { state: "hidden", timeout: 10000 }));
 await page.screenshot({ path: `${shots}/bulk.png`, fullPage: true });
 
+// The two cancelled runs picked again and rerun from their gate: `build` is kept, and
+// both new runs wait at the gate.
+for (const r of [third, fourth]) await page.check(`tr[data-run="${r.run_id}"] input.pick`);
+await page.selectOption("#bulk-action", "rerun");
+await step("a rerun asks for its step", () => page.waitForSelector("#bulk-from", { state: "visible", timeout: 5000 }));
+await page.fill("#bulk-from", "approve");
+page.once("dialog", (dialog) => dialog.accept());
+await page.click("#bulk-apply");
+await step("the bulk rerun completes", () => page.waitForSelector("#bulk-status:has-text('rerun: 2 of 2 done (2 acted on')", { timeout: 20000 }));
+await step("the reruns wait at their gates", () => page.waitForSelector("#inbox-count:has-text('2')", { timeout: 20000 }));
+
 await page.click("#tabs button[data-tab=analytics]");
 await step("analytics draws a chart", () => page.waitForSelector(".stat:has-text('browser-release') svg.chart rect", { timeout: 10000 }));
 await page.screenshot({ path: `${shots}/analytics.png`, fullPage: true });

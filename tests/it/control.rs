@@ -3,8 +3,8 @@
 //! in flight finishes), resuming (the run goes on where it was), cancelling a paused
 //! run, and the refusals that say what state the run is in; workflow versions (a run
 //! finishes on the version it started with, `awl workflows list|show|diff|retire`);
-//! reruns from a step and forks, with their side effects counted; a bulk cancel over a
-//! filter, its process killed mid-way and carried on; a whole workflow paused (its
+//! reruns from a step and forks, with their side effects counted; a bulk cancel and a
+//! bulk rerun from a step over a filter, each process killed mid-way and carried on; a whole workflow paused (its
 //! runs held, new runs queued) and resumed; a long run (or a heavy one) that continues
 //! as new; finished runs archived out of the hot log (by hand, and by `awl serve` on a
 //! schedule, with their tasks) and read the same, and rerun from the archive.
@@ -24,6 +24,7 @@ on_both_stores!(worker_threads = 2;
     a_run_finishes_on_its_version_and_a_retired_version_takes_no_new_runs,
     a_rerun_from_a_step_keeps_the_steps_before_it_and_a_fork_changes_inputs,
     a_bulk_cancel_counts_first_survives_a_crash_and_acts_once,
+    a_bulk_rerun_from_a_step_runs_each_selected_run_again_once,
     a_paused_workflow_holds_its_runs_and_queues_new_ones,
     a_long_run_continues_as_new_and_replays_from_there,
     an_archived_run_reads_the_same_and_survives_a_rebuild,
@@ -318,6 +319,32 @@ async fn runs_are_paused_resumed_and_cancelled_over_http(backend: Backend) {
         )
         .await;
     assert_eq!(status.as_u16(), 403, "{body}");
+    // A rerun names the step it starts from; no other action takes one.
+    for (wrong, says) in [
+        (
+            json!({"action": "rerun", "workflow": "gated"}),
+            "needs the step",
+        ),
+        (
+            json!({"action": "pause", "workflow": "gated", "from_step": "then"}),
+            "only a rerun",
+        ),
+        (
+            json!({"action": "rewind", "workflow": "gated"}),
+            "retry or rerun",
+        ),
+    ] {
+        let (status, body) = api
+            .call(
+                Some(&tk.operator),
+                Method::POST,
+                "/api/v1/bulk",
+                Some(wrong),
+            )
+            .await;
+        assert_eq!(status.as_u16(), 422, "{body}");
+        assert!(body.to_string().contains(says), "{body}");
+    }
     let mut dry = request.clone();
     dry["dry_run"] = json!(true);
     let (status, counted) = api
@@ -906,6 +933,215 @@ async fn a_bulk_cancel_counts_first_survives_a_crash_and_acts_once(backend: Back
         assert_eq!(e.payload["reason"], "customer left", "{e:?}");
     }
     assert_eq!(cancelled, of_acme, "exactly the acme runs are cancelled");
+    let check = awl.ok(&["check"]).await;
+    assert!(check.contains("no problems"), "{check}");
+}
+
+/// The relay runs of a status, counted from the runs view.
+async fn relays(runs: &awl::runs::Runs, status: &str) -> usize {
+    let filter = awl::projections::queries::RunFilter {
+        statuses: vec![status.to_string()],
+        workflow: Some("relay".into()),
+        limit: 10_000,
+        ..Default::default()
+    };
+    runs.list(&filter).await.expect("the runs").len()
+}
+
+async fn a_bulk_rerun_from_a_step_runs_each_selected_run_again_once(backend: Backend) {
+    /// Runs the bulk rerun selects (`label=first`), and runs it leaves alone.
+    const PICKED: usize = 40;
+    const OTHERS: usize = 5;
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("relay.awl.yaml");
+    std::fs::write(&file, RELAY).expect("write");
+    let (marks, flag) = (dir.path().join("marks.txt"), dir.path().join("broken"));
+    std::fs::write(&flag, "").expect("flag");
+    let registered = awl::definitions::register_file(&t.store, &file, "test", chrono::Utc::now())
+        .await
+        .expect("register");
+    let runs = awl::runs::Runs::new(t.store.clone(), awl::clock::system_clock());
+    let mut picked = std::collections::BTreeSet::new();
+    for i in 0..PICKED + OTHERS {
+        let label = if i < PICKED { "first" } else { "other" };
+        let mut inputs = serde_json::Map::new();
+        inputs.insert("marks".into(), json!(marks.display().to_string()));
+        inputs.insert("flag".into(), json!(flag.display().to_string()));
+        inputs.insert("label".into(), json!(label));
+        let started = runs
+            .start_version(&registered, inputs, "test")
+            .await
+            .expect("start");
+        if label == "first" {
+            picked.insert(started.run_id.to_string());
+        }
+    }
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let workers = [
+        awl.worker(dir.path().join("w1.log"), &[]),
+        awl.worker(dir.path().join("w2.log"), &[]),
+    ];
+    poll(LIMIT, async || {
+        (relays(&runs, "FAILED").await == PICKED + OTHERS).then_some(())
+    })
+    .await
+    .expect("every run fails at `process`");
+    // Workers whose breaker for the broken script is closed (after five failures in a
+    // row the old ones fail it fast without running it, which is why `process` ran
+    // fewer times than `fetch`).
+    drop(workers);
+    let _w1 = awl.worker(dir.path().join("w3.log"), &[]);
+    let _w2 = awl.worker(dir.path().join("w4.log"), &[]);
+    let count = |text: &str, mark: &str| text.lines().filter(|l| *l == mark).count();
+    let before = std::fs::read_to_string(&marks).expect("marks");
+    assert_eq!(count(&before, "fetch"), PICKED + OTHERS);
+    let processed = count(&before, "process");
+
+    // The step is fixed. A dry run counts the picked runs; a rerun without its step, or
+    // from a step that is not there, is refused before anything is recorded.
+    std::fs::remove_file(&flag).expect("unflag");
+    let select = [
+        "--workflow",
+        "relay",
+        "--status",
+        "FAILED",
+        "--input",
+        "label=first",
+    ];
+    let head = t.store.head().await.expect("head");
+    let dry = awl
+        .ok(&[
+            &["bulk", "rerun", "--from", "process"][..],
+            &select,
+            &["--dry-run"],
+        ]
+        .concat())
+        .await;
+    assert!(dry.contains(&format!("would rerun {PICKED} runs")), "{dry}");
+    let missing = awl
+        .output(&[&["bulk", "rerun"][..], &select].concat())
+        .await;
+    assert!(!missing.status.success(), "the step is required");
+    assert_eq!(
+        t.store.head().await.expect("head"),
+        head,
+        "nothing recorded"
+    );
+
+    // The real one, a run per batch; the process is frozen as soon as it reports its
+    // first batch, then killed.
+    let log = dir.path().join("bulk.log");
+    let mut child = awl
+        .command(
+            &[
+                &["bulk", "rerun", "--from", "process", "--batch", "1"][..],
+                &select,
+                &["--by", "ops", "--reason", "parser fixed"],
+            ]
+            .concat(),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start awl bulk");
+    let pid = child.id().expect("running").to_string();
+    let bulk_id = tokio::time::timeout(Duration::from_secs(LIMIT), async {
+        loop {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            if said.contains(" done") {
+                let _ = std::process::Command::new("kill")
+                    .args(["-STOP", &pid])
+                    .status();
+                let id = said
+                    .lines()
+                    .find_map(|l| l.strip_prefix("bulk ")?.split(':').next())
+                    .map(str::to_string);
+                break id;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the bulk rerun records a batch")
+    .expect("it says its id");
+    child.start_kill().expect("kill");
+    let _ = child.wait().await;
+    let bulks = awl::bulk::BulkActions::new(t.store.clone(), awl::clock::system_clock());
+    let stopped = bulks
+        .get(bulk_id.parse().expect("a bulk id"))
+        .await
+        .expect("the bulk action");
+    assert_eq!(stopped.from_step(), Some("process"));
+    assert!(
+        stopped.through() > 0 && stopped.remaining().len() > 1,
+        "killed mid-way: {} of {}",
+        stopped.through(),
+        stopped.total()
+    );
+    // A process killed mid-batch may have started its next run's rerun without
+    // recording the batch: that is done here as it would have, and carrying on must
+    // not start that run twice.
+    let next = stopped.remaining()[0];
+    let id = stopped.id().expect("an id");
+    runs.rerun_as(
+        awl::bulk::derived_run_id(id, next),
+        next,
+        "process",
+        None,
+        "ops",
+    )
+    .await
+    .expect("the killed process's rerun");
+    let done = awl.ok(&["bulk", "continue", &bulk_id]).await;
+    assert!(
+        done.contains(&format!(
+            "{PICKED} of {PICKED} runs ({PICKED} acted on, 0 skipped)"
+        )),
+        "{done}"
+    );
+    poll(LIMIT, async || {
+        (relays(&runs, "SUCCEEDED").await == PICKED).then_some(())
+    })
+    .await
+    .expect("every rerun succeeds");
+
+    // `fetch` ran once per run, never again; `process` and `publish` once per rerun.
+    let after = std::fs::read_to_string(&marks).expect("marks");
+    assert_eq!(count(&after, "fetch"), PICKED + OTHERS, "fetch is carried");
+    assert_eq!(count(&after, "process"), processed + PICKED);
+    assert_eq!(count(&after, "publish"), PICKED);
+    assert_eq!(
+        relays(&runs, "FAILED").await,
+        PICKED + OTHERS,
+        "origins stay"
+    );
+    // Each picked run has exactly one rerun, linked both ways, noted by ops.
+    let filter = awl::log::EventFilter {
+        event_types: vec!["run.derived".into()],
+        ..awl::log::EventFilter::default()
+    };
+    let (derived, _) = t
+        .store
+        .read_page(0, 100_000, &filter)
+        .await
+        .expect("the log");
+    let mut origins = std::collections::BTreeSet::new();
+    for e in &derived {
+        assert!(
+            origins.insert(e.stream.id.clone()),
+            "{} rerun twice",
+            e.stream.id
+        );
+        assert_eq!(e.payload["from_step"], "process", "{e:?}");
+        assert_eq!(e.metadata.actor.as_deref(), Some("ops"), "{e:?}");
+        let rerun = e.payload["run_id"].as_str().expect("a run id");
+        let status = awl.status(rerun).await;
+        assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+        assert_eq!(status["origin"]["run_id"], e.stream.id.as_str());
+        assert_eq!(step(&status, "fetch")["carried_from"], e.stream.id.as_str());
+    }
+    assert_eq!(origins, picked, "exactly the picked runs are rerun");
     let check = awl.ok(&["check"]).await;
     assert!(check.contains("no problems"), "{check}");
 }

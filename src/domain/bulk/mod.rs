@@ -1,5 +1,5 @@
-//! A bulk action: one operator action (cancel, pause, resume, retry) over every run a
-//! filter selected, carried out in batches, as a stream of its own.
+//! A bulk action: one operator action (cancel, pause, resume, retry, rerun from a step)
+//! over every run a filter selected, carried out in batches, as a stream of its own.
 //!
 //! The selection is fixed when the action is planned (`bulk.planned`, then the run ids
 //! in `bulk.selected` chunks, in the order they are acted on), so the set does not
@@ -30,6 +30,8 @@ pub enum BulkAction {
     Resume,
     /// Rerun a failed run from the top-level step it failed at.
     Retry,
+    /// Rerun a finished run from a step chosen when the action is planned.
+    Rerun,
     /// Pause for pausing the whole workflow: resuming the workflow lifts it. Planned
     /// by a workflow pause, never asked for by name.
     Hold,
@@ -43,8 +45,9 @@ impl std::str::FromStr for BulkAction {
             "pause" => Ok(Self::Pause),
             "resume" => Ok(Self::Resume),
             "retry" => Ok(Self::Retry),
+            "rerun" => Ok(Self::Rerun),
             other => Err(format!(
-                "action {other:?}: expected cancel, pause, resume or retry"
+                "action {other:?}: expected cancel, pause, resume, retry or rerun"
             )),
         }
     }
@@ -57,6 +60,7 @@ impl BulkAction {
             Self::Pause => "pause",
             Self::Resume => "resume",
             Self::Retry => "retry",
+            Self::Rerun => "rerun",
             Self::Hold => "hold",
         }
     }
@@ -97,6 +101,9 @@ pub enum BulkEvent {
     Planned {
         bulk_id: Uuid,
         action: BulkAction,
+        /// The step a rerun starts from (a rerun only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_step: Option<String>,
         filter: BulkFilter,
         reason: String,
         /// How many runs the filter selected.
@@ -151,6 +158,7 @@ pub enum BulkCommand {
     Plan {
         bulk_id: Uuid,
         action: BulkAction,
+        from_step: Option<String>,
         filter: BulkFilter,
         reason: String,
         total: u64,
@@ -180,6 +188,11 @@ pub enum BulkError {
     AlreadyPlanned(Uuid),
     #[error("bulk action {bulk}: {message}")]
     Refused { bulk: Uuid, message: String },
+    #[error("bulk {action}: {message}")]
+    Invalid {
+        action: &'static str,
+        message: &'static str,
+    },
 }
 
 /// Where a bulk action is.
@@ -198,6 +211,7 @@ pub enum BulkStatus {
 pub struct Bulk {
     bulk_id: Option<Uuid>,
     action: Option<BulkAction>,
+    from_step: Option<String>,
     filter: BulkFilter,
     reason: String,
     by: String,
@@ -217,6 +231,10 @@ impl Bulk {
     }
     pub fn action(&self) -> Option<BulkAction> {
         self.action
+    }
+    /// The step a rerun starts from.
+    pub fn from_step(&self) -> Option<&str> {
+        self.from_step.as_deref()
     }
     pub fn filter(&self) -> &BulkFilter {
         &self.filter
@@ -271,6 +289,7 @@ impl Bulk {
             BulkEvent::Planned {
                 bulk_id,
                 action,
+                from_step,
                 filter,
                 reason,
                 total,
@@ -280,6 +299,7 @@ impl Bulk {
                 *self = Bulk {
                     bulk_id: Some(bulk_id),
                     action: Some(action),
+                    from_step,
                     filter,
                     reason,
                     by,
@@ -312,20 +332,25 @@ impl Decide for Bulk {
                 BulkCommand::Plan {
                     bulk_id,
                     action,
+                    from_step,
                     filter,
                     reason,
                     total,
                     by,
                     at,
-                } => Ok(vec![BulkEvent::Planned {
-                    bulk_id,
-                    action,
-                    filter,
-                    reason,
-                    total,
-                    by,
-                    at,
-                }]),
+                } => {
+                    check_step(action, from_step.as_deref())?;
+                    Ok(vec![BulkEvent::Planned {
+                        bulk_id,
+                        action,
+                        from_step,
+                        filter,
+                        reason,
+                        total,
+                        by,
+                        at,
+                    }])
+                }
                 BulkCommand::Select { .. } => Err(BulkError::NotPlanned("select runs")),
                 BulkCommand::Progress { .. } => Err(BulkError::NotPlanned("record progress")),
                 BulkCommand::Complete { .. } => Err(BulkError::NotPlanned("complete")),
@@ -389,6 +414,21 @@ impl Decide for Bulk {
                 Ok(vec![BulkEvent::Completed { at }])
             }
         }
+    }
+}
+
+/// A rerun names the step it starts from; no other action takes one.
+pub fn check_step(action: BulkAction, from_step: Option<&str>) -> Result<(), BulkError> {
+    let invalid = |message| BulkError::Invalid {
+        action: action.as_str(),
+        message,
+    };
+    match (action, from_step.map(str::trim)) {
+        (BulkAction::Rerun, None | Some("")) => {
+            Err(invalid("a rerun needs the step it starts from (from_step)"))
+        }
+        (BulkAction::Rerun, Some(_)) | (_, None) => Ok(()),
+        (_, Some(_)) => Err(invalid("only a rerun starts from a step (from_step)")),
     }
 }
 

@@ -18,6 +18,7 @@ fn planned(total: u64) -> Bulk {
         .decide(BulkCommand::Plan {
             bulk_id: Uuid::from_u128(1),
             action: BulkAction::Cancel,
+            from_step: None,
             filter: BulkFilter::default(),
             reason: "cleanup".into(),
             total,
@@ -154,6 +155,7 @@ fn nothing_but_a_plan_starts_a_bulk_action_and_a_plan_is_made_once() {
     let again = planned.decide(BulkCommand::Plan {
         bulk_id: Uuid::from_u128(1),
         action: BulkAction::Pause,
+        from_step: None,
         filter: BulkFilter::default(),
         reason: String::new(),
         total: 1,
@@ -170,4 +172,68 @@ fn the_events_keep_their_wire_names() {
     assert_eq!(e.event_type(), "bulk.completed");
     let v = serde_json::to_value(&e).unwrap();
     assert!(v.get("bulk.completed").is_some(), "{v}");
+}
+
+fn plan(action: BulkAction, from_step: Option<&str>) -> Result<Vec<BulkEvent>, BulkError> {
+    Bulk::default().decide(BulkCommand::Plan {
+        bulk_id: Uuid::from_u128(2),
+        action,
+        from_step: from_step.map(str::to_string),
+        filter: BulkFilter::default(),
+        reason: "fixed the parser".into(),
+        total: 0,
+        by: "ops".into(),
+        at: at(),
+    })
+}
+
+#[test]
+fn a_rerun_names_its_step_and_no_other_action_takes_one() {
+    let events = plan(BulkAction::Rerun, Some("process")).unwrap();
+    let mut b = Bulk::default();
+    for e in events {
+        b.apply(e);
+    }
+    assert_eq!(b.action(), Some(BulkAction::Rerun));
+    assert_eq!(b.from_step(), Some("process"));
+    for missing in [None, Some(""), Some("  ")] {
+        let refused = plan(BulkAction::Rerun, missing).unwrap_err();
+        assert!(refused.to_string().contains("from_step"), "{refused}");
+    }
+    for action in [
+        BulkAction::Cancel,
+        BulkAction::Pause,
+        BulkAction::Resume,
+        BulkAction::Retry,
+    ] {
+        assert!(plan(action, None).is_ok());
+        let refused = plan(action, Some("process")).unwrap_err();
+        assert!(
+            refused.to_string().contains("only a rerun"),
+            "{action:?}: {refused}"
+        );
+    }
+}
+
+#[test]
+fn a_planned_rerun_keeps_its_step_on_the_wire_and_older_plans_read_without_one() {
+    let event = plan(BulkAction::Rerun, Some("process")).unwrap().remove(0);
+    let wire = serde_json::to_value(&event).unwrap();
+    assert_eq!(wire["bulk.planned"]["action"], "rerun");
+    assert_eq!(wire["bulk.planned"]["from_step"], "process");
+    assert_eq!(serde_json::from_value::<BulkEvent>(wire).unwrap(), event);
+    // A plan recorded before reruns existed has no `from_step`.
+    let older = serde_json::json!({"bulk.planned": {
+        "bulk_id": Uuid::from_u128(3), "action": "cancel", "filter": {},
+        "reason": "cleanup", "total": 0, "by": "ops", "at": at(),
+    }});
+    let BulkEvent::Planned { from_step, .. } = serde_json::from_value(older).unwrap() else {
+        panic!("a plan");
+    };
+    assert_eq!(from_step, None);
+    assert_eq!("rerun".parse::<BulkAction>(), Ok(BulkAction::Rerun));
+    assert!(
+        "hold".parse::<BulkAction>().is_err(),
+        "hold is never asked for"
+    );
 }

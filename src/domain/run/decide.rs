@@ -538,6 +538,11 @@ impl Decide for Run {
                 at,
             } => {
                 check.not_empty("by", &by)?;
+                // Noted once: an attempt that stopped after noting it and is made
+                // again (a bulk rerun carried on after a crash) adds nothing.
+                if self.derived.iter().any(|d| d.run_id == run_id) {
+                    return Ok(Vec::new());
+                }
                 Ok(vec![RunEvent::Derived {
                     run_id,
                     kind,

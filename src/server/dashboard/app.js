@@ -234,13 +234,27 @@ function showPicked() {
   $("bulk-count").textContent = `${picked.size} run${picked.size === 1 ? "" : "s"} selected`;
 }
 
+// A rerun starts each run again at a step named here.
+$("bulk-action").addEventListener("change", () => {
+  $("bulk-from").hidden = $("bulk-action").value !== "rerun";
+});
+
 $("bulk-apply").addEventListener("click", async () => {
   const action = $("bulk-action").value;
-  if (!picked.size || !confirm(`${action} ${picked.size} runs?`)) return;
+  const request = { action, run_ids: [...picked] };
+  if (action === "rerun") {
+    request.from_step = $("bulk-from").value.trim();
+    if (!request.from_step) {
+      $("bulk-status").textContent = "Name the step to rerun them from.";
+      return;
+    }
+  }
+  const what = action === "rerun" ? `rerun from ${request.from_step}` : action;
+  if (!picked.size || !confirm(`${what} ${picked.size} runs?`)) return;
   try {
     const bulk = await api("/api/v1/bulk", {
       method: "POST", headers: { "content-type": "application/json" },
-      body: JSON.stringify({ action, run_ids: [...picked] }),
+      body: JSON.stringify(request),
     });
     picked.clear();
     $("bulk-status").textContent = `bulk ${action} of ${bulk.total} runs started`;

@@ -421,7 +421,7 @@ impl AwlMcp {
     }
 
     #[tool(
-        description = "One action (cancel, pause, resume, retry) over every run a filter selects. dry_run says how many it would touch; otherwise it is carried out in the background: returns its id and size."
+        description = "One action (cancel, pause, resume, retry, or rerun from the step named in from_step, keeping the outputs of the steps before it) over every run a filter selects. dry_run says how many it would touch; otherwise it is carried out in the background: returns its id and size."
     )]
     async fn bulk_action(
         &self,

@@ -215,8 +215,12 @@ impl RunView {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkRequest {
-    /// `cancel`, `pause`, `resume` or `retry`.
+    /// `cancel`, `pause`, `resume`, `retry` (from the step each run stopped at) or
+    /// `rerun` (from `from_step`).
     pub action: String,
+    /// The top-level step a `rerun` starts each run again at (a rerun only).
+    #[serde(default)]
+    pub from_step: Option<String>,
     #[serde(default)]
     pub workflow: Option<String>,
     /// Upper-case run statuses; empty: any.
@@ -345,6 +349,9 @@ pub struct BulkView {
     /// Absent for a dry run.
     pub bulk_id: Option<Uuid>,
     pub action: String,
+    /// The step a rerun starts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_step: Option<String>,
     /// SELECTING, RUNNING, COMPLETED; DRY_RUN for a dry run.
     pub status: String,
     pub total: u64,
@@ -360,11 +367,13 @@ impl BulkView {
     /// What a dry run answers: how many runs it would touch, and the first 100.
     pub fn dry_run(
         action: crate::domain::bulk::BulkAction,
+        from_step: Option<String>,
         selected: &[crate::domain::ids::RunId],
     ) -> Self {
         BulkView {
             bulk_id: None,
             action: action.as_str().to_string(),
+            from_step,
             status: "DRY_RUN".into(),
             total: selected.len() as u64,
             through: 0,
@@ -382,6 +391,7 @@ impl BulkView {
                 .map(|a| a.as_str())
                 .unwrap_or_default()
                 .to_string(),
+            from_step: bulk.from_step().map(str::to_string),
             status: bulk
                 .status()
                 .map(|s| format!("{s:?}").to_uppercase())

@@ -845,3 +845,24 @@ fn ending_a_run() {
         ),
     ]);
 }
+
+#[test]
+fn noting_a_derived_run_once() {
+    let now = t(LATE);
+    let mut noted = path(Failed);
+    noted.push(derived("ops", t(40)));
+    check(vec![
+        case(
+            "a failed run notes the run rerun from it",
+            path(Failed),
+            note_derived("ops", now),
+            Ok(vec![derived("ops", now)]),
+        ),
+        case(
+            "noted again (an attempt carried on after a crash): nothing new",
+            noted,
+            note_derived("ops", now),
+            Ok(vec![]),
+        ),
+    ]);
+}
