@@ -18,11 +18,14 @@
 //! | `run`      | [`run::Run`]                       | one run: steps, attempts, gates, budget   |
 //! | `task`     | [`task::Task`]                     | one unit of agent work on the board       |
 //! | `agent`    | [`agent::Agent`]                   | one agent: capabilities, workspace        |
+//! | `bulk`     | [`bulk::Bulk`]                     | one action over many runs                 |
+//! | `schedule` | [`schedule::Schedule`]             | one schedule: its times and what each did |
 
 pub mod agent;
 pub mod bulk;
 pub mod ids;
 pub mod run;
+pub mod schedule;
 pub mod task;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -18,15 +18,18 @@ pub enum StreamType {
     Agent,
     /// A bulk action over many runs.
     Bulk,
+    /// A schedule: the times it fired and skipped.
+    Schedule,
 }
 
 impl StreamType {
-    pub const ALL: [StreamType; 5] = [
+    pub const ALL: [StreamType; 6] = [
         Self::Workflow,
         Self::Run,
         Self::Task,
         Self::Agent,
         Self::Bulk,
+        Self::Schedule,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,6 +39,7 @@ impl StreamType {
             Self::Task => "task",
             Self::Agent => "agent",
             Self::Bulk => "bulk",
+            Self::Schedule => "schedule",
         }
     }
 }

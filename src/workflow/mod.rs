@@ -10,6 +10,7 @@
 //! | `validate` | schema pass + rules pass, all problems at once |
 //! | `rules` | what a schema cannot say: ids, references, tools, text without templates |
 //! | `inputs` | a run's inputs checked and defaulted against the declaration |
+//! | `schedule` | schedules: their spec, cron and interval times, jitter |
 //! | `diagnostics` | a problem: file, line, column, field, message |
 //!
 //! Pure code except [`load`], which reads a file, and one rule: a `workflow` step
@@ -19,6 +20,7 @@ pub mod diagnostics;
 pub mod inputs;
 pub mod model;
 mod rules;
+pub mod schedule;
 pub mod schema;
 pub mod validate;
 pub mod yaml;

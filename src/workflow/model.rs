@@ -72,6 +72,11 @@ pub struct Workflow {
     /// The run's outputs, by name: values or templates over inputs and step outputs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub outputs: BTreeMap<String, Value>,
+    /// When runs start by themselves: cron patterns in a time zone, or intervals.
+    /// The latest runnable version's schedules are the workflow's; `awl serve` fires
+    /// them, once per time across all servers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<super::schedule::ScheduleSpec>,
 }
 
 /// One input of a workflow.

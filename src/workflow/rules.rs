@@ -14,6 +14,7 @@ use crate::expr::{Expression, References, Template};
 use super::diagnostics::Reporter;
 use super::inputs::fits;
 use super::model::InputType;
+use super::schedule::ScheduleSpec;
 use super::yaml::escape;
 
 /// One step found in the file, with what it may refer to.
@@ -216,6 +217,60 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
     }
     if let Some(Value::Array(handlers)) = json.get("error_handlers") {
         handlers_rules(handlers, "/error_handlers", &tools, report);
+    }
+    if let Some(Value::Array(schedules)) = json.get("schedules") {
+        schedule_rules(schedules, json.get("inputs"), report);
+    }
+}
+
+/// Each schedule: a timing that parses, limits in range, a name of its own when there
+/// are several, and inputs the workflow declares (with the declared types).
+fn schedule_rules(schedules: &[Value], declared: Option<&Value>, report: &mut Reporter<'_>) {
+    let mut names = BTreeSet::new();
+    for (i, schedule) in schedules.iter().enumerate() {
+        let pointer = format!("/schedules/{i}");
+        // A value of the wrong shape is the schema's to report.
+        let Ok(spec) = serde_json::from_value::<ScheduleSpec>(schedule.clone()) else {
+            continue;
+        };
+        for (field, message) in spec.problems() {
+            let at = format!("{pointer}/{field}");
+            if schedule.get(field).is_some() {
+                report.at_value(&at, message);
+            } else {
+                report.at_value(&pointer, message);
+            }
+        }
+        match &spec.name {
+            None if schedules.len() > 1 => report.at_value(
+                &pointer,
+                "a file with several schedules names each (`name:`)",
+            ),
+            Some(name) if !names.insert(name.clone()) => report.at_value(
+                &format!("{pointer}/name"),
+                format!("schedule name {name:?} is used twice"),
+            ),
+            _ => {}
+        }
+        for (input, value) in &spec.inputs {
+            let at = format!("{pointer}/inputs/{}", escape(input));
+            match declared.and_then(|d| d.get(input)) {
+                None => report.at_key(
+                    &at,
+                    format!("input {input:?} is not declared in `inputs`"),
+                ),
+                Some(Value::Object(spec)) => {
+                    let kind = spec
+                        .get("type")
+                        .and_then(|t| serde_json::from_value::<InputType>(t.clone()).ok())
+                        .unwrap_or_default();
+                    if let Err(problem) = fits(kind, value) {
+                        report.at_value(&at, format!("input {input:?}: {problem}"));
+                    }
+                }
+                Some(_) => {}
+            }
+        }
     }
 }
 
