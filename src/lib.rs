@@ -49,6 +49,7 @@ pub mod page;
 pub mod projections;
 pub mod runners;
 pub mod runs;
+pub mod schedules;
 pub mod server;
 pub mod store;
 pub mod telemetry;

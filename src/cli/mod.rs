@@ -24,6 +24,7 @@ mod rerun;
 mod resume;
 mod review;
 mod run;
+mod schedules;
 mod send;
 mod serve;
 mod status;
@@ -83,6 +84,9 @@ enum Command {
     /// One action over every run a filter selects (cancel, pause, resume, retry), in
     /// recorded batches; `--dry-run` says how many it would touch.
     Bulk(bulk::BulkArgs),
+    /// Schedules that start workflows by themselves: list, show, add, remove, pause,
+    /// resume, trigger.
+    Schedules(schedules::SchedulesArgs),
     /// Pause a run: no step starts until it is resumed (steps in flight finish).
     Pause(pause::PauseArgs),
     /// Resume a paused run.
@@ -185,6 +189,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cancel(args) => cancel::cancel(open(&location, true).await?, args).await,
         Command::Pause(args) => pause::pause(open(&location, true).await?, args).await,
         Command::Bulk(args) => bulk::bulk(open(&location, true).await?, args).await,
+        Command::Schedules(args) => {
+            schedules::schedules(open_for_work(&location).await?, args).await
+        }
         Command::Rerun(args) => rerun::rerun(open_for_work(&location).await?, args).await,
         Command::Workflows(args) => workflows::workflows(open(&location, true).await?, args).await,
         Command::Resume(args) => resume::resume(open(&location, true).await?, args).await,

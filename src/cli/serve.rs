@@ -50,6 +50,9 @@ pub struct ServeArgs {
     /// Do not run the executor here (leave runs to `awl worker` processes).
     #[arg(long)]
     no_worker: bool,
+    /// Do not fire schedules here (any number of servers may: each time fires once).
+    #[arg(long)]
+    no_scheduler: bool,
     /// A run continues as new (its state recorded, replay starts there) once its
     /// history since its start or last continuation reaches this many events.
     #[arg(long, env = "AWL_HISTORY_LIMIT", default_value_t = crate::executor::DEFAULT_HISTORY_LIMIT)]
@@ -104,6 +107,7 @@ pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
     config.max_waits_per_token = args.max_waits_per_token.max(1);
     config.allowed_origins = server::origin::AllowedOrigins::new(&args.allowed_origins)?;
     config.retention = retention(&args)?;
+    config.scheduler = !args.no_scheduler;
     if !args.no_worker {
         let mut worker = WorkerConfig::new(owner("serve"));
         worker.env = allowed_env(&args.env_allow);

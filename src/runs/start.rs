@@ -73,6 +73,37 @@ impl Runs {
         by: &str,
         key: Option<&IdempotencyKey>,
     ) -> Result<Started, RunsError> {
+        let (registered, inputs) = self.resolve_request(request).await?;
+        let run_id = match key {
+            Some(k) => RunId::from_uuid(k.derive(&RUN_KEY_NAMESPACE, by)),
+            None => RunId::new(),
+        };
+        self.start_registered(&registered, inputs, run_id, by, key, None)
+            .await
+    }
+
+    /// Start a run as `run_id`, an id the caller derived so that starting it again
+    /// (after a crash, or from another server) finds the first start: the stream
+    /// already holding a run of the same workflow and inputs is the answer, created
+    /// false. `key` names the start in a refusal (a run of something else there).
+    pub async fn start_as(
+        &self,
+        request: StartRun,
+        run_id: RunId,
+        by: &str,
+        key: &IdempotencyKey,
+    ) -> Result<Started, RunsError> {
+        let (registered, inputs) = self.resolve_request(request).await?;
+        self.start_registered(&registered, inputs, run_id, by, Some(key), None)
+            .await
+    }
+
+    /// The version a request names (or the latest runnable one) and its inputs
+    /// checked and defaulted against it.
+    async fn resolve_request(
+        &self,
+        request: StartRun,
+    ) -> Result<(Registered, Map<String, Value>), RunsError> {
         let (workflow, version) = self
             .definitions
             .resolve(&self.store, &request.workflow)
@@ -93,18 +124,13 @@ impl Runs {
                         .join("; "),
                 )
             })?;
-        let run_id = match key {
-            Some(k) => RunId::from_uuid(k.derive(&RUN_KEY_NAMESPACE, by)),
-            None => RunId::new(),
-        };
         let registered = Registered {
             name,
             version,
             content_hash: String::new(),
             workflow,
         };
-        self.start_registered(&registered, inputs, run_id, by, key, None)
-            .await
+        Ok((registered, inputs))
     }
 
     /// Register a workflow file (and the sub-workflow files it names), check `given`

@@ -61,6 +61,7 @@ pub struct AppState {
     pub board: Board,
     pub runs: Runs,
     pub bulk: crate::bulk::BulkActions,
+    pub schedules: crate::schedules::Schedules,
     pub auth_on: bool,
     /// The OpenAPI document of the route table.
     pub openapi: Arc<serde_json::Value>,
@@ -93,6 +94,8 @@ pub struct ServeConfig {
     pub allowed_origins: origin::AllowedOrigins,
     /// Archive finished runs on a schedule (`None`: only when asked).
     pub retention: Option<crate::runs::Retention>,
+    /// Fire the schedules in this process (every server may: each time fires once).
+    pub scheduler: bool,
 }
 
 impl ServeConfig {
@@ -109,6 +112,7 @@ impl ServeConfig {
             max_waits_per_token: 4,
             allowed_origins: origin::AllowedOrigins::default(),
             retention: None,
+            scheduler: true,
         }
     }
 }
@@ -203,6 +207,7 @@ pub async fn start(
         board: board.clone(),
         runs: Runs::new(store.clone(), clock.clone()),
         bulk: crate::bulk::BulkActions::new(store.clone(), clock.clone()),
+        schedules: crate::schedules::Schedules::new(store.clone(), clock.clone()),
         auth_on,
         openapi: Arc::new(openapi::document(&routes())),
         ready_max_lag: config.ready_max_lag,
@@ -247,6 +252,14 @@ pub async fn start(
         let runs = Runs::new(store.clone(), clock.clone());
         let stop = stop_rx.clone();
         tokio::spawn(async move { runs.archive_every(retention, stop).await });
+    }
+    if config.scheduler {
+        let scheduler = crate::schedules::Scheduler::new(crate::schedules::Schedules::new(
+            store.clone(),
+            clock.clone(),
+        ));
+        let stop = stop_rx.clone();
+        tokio::spawn(async move { scheduler.run(stop).await });
     }
     let worker = config.worker.clone().map(|wc| {
         let worker = Worker::new(store.clone(), runners, wc, clock.clone());

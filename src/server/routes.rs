@@ -16,7 +16,7 @@ use crate::projections::queries::*;
 use super::AppState;
 use super::dashboard;
 use super::rest::meta::{Health, Readiness};
-use super::rest::{agents, live, meta, runs, tasks, tokens, views};
+use super::rest::{agents, live, meta, runs, schedules, tasks, tokens, views};
 use super::wire::*;
 
 type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
@@ -122,6 +122,14 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(POST "/api/v1/workflows/{name}/pause", Operate, "runs", "Pause a whole workflow: its active runs start no new step (steps in flight finish) and new runs start paused, until it is resumed. The bulk action over its runs is carried out in the background.", runs::pause_workflow, req: Some(s::<RunActionRequest>), res: Some(s::<WorkflowControlView>), 202),
         route!(POST "/api/v1/workflows/{name}/resume", Operate, "runs", "Resume a paused workflow: the runs its pause held go on (runs paused one by one stay paused).", runs::resume_workflow, req: Some(s::<RunActionRequest>), res: Some(s::<WorkflowControlView>), 202),
         route!(POST "/api/v1/archive", Admin, "runs", "Move runs that finished more than older_than_seconds ago out of the hot log into the archive table (their views, status and history stay readable); dry_run counts them.", runs::archive, req: Some(s::<ArchiveRequest>), res: Some(s::<ArchiveView>), 200),
+        // schedules
+        route!(GET "/api/v1/schedules", Read, "schedules", "The declared schedules: workflow, timing, policies, next time, last run, runs fired and times skipped.", schedules::list, req: None, res: Some(s::<ScheduleList>), 200),
+        route!(POST "/api/v1/schedules", Operate, "schedules", "Declare a schedule (or change one declared over the API): cron in a time zone or an interval, inputs, missed-time and overlap policies, jitter.", schedules::declare, req: Some(s::<DeclareSchedule>), res: Some(s::<ScheduleView>), 201),
+        route!(GET "/api/v1/schedules/{name}", Read, "schedules", "One schedule.", schedules::one, req: None, res: Some(s::<ScheduleView>), 200),
+        route!(DELETE "/api/v1/schedules/{name}", Operate, "schedules", "Remove a schedule declared over the API (a workflow file's schedules go with the file).", schedules::remove, req: None, res: Some(s::<ScheduleView>), 200),
+        route!(POST "/api/v1/schedules/{name}/pause", Operate, "schedules", "Pause a schedule: nothing fires until it is resumed, and times meanwhile are not caught up.", schedules::pause, req: Some(s::<RunActionRequest>), res: Some(s::<ScheduleView>), 200),
+        route!(POST "/api/v1/schedules/{name}/resume", Operate, "schedules", "Resume a paused schedule.", schedules::resume, req: Some(s::<RunActionRequest>), res: Some(s::<ScheduleView>), 200),
+        route!(POST "/api/v1/schedules/{name}/trigger", Operate, "schedules", "Start a run of the schedule now, whatever its times.", schedules::trigger, req: Some(s::<RunActionRequest>), res: Some(s::<StartedRun>), 201),
         route!(GET "/api/v1/bulk/{bulk_id}", Read, "runs", "Where a bulk action is.", runs::bulk_status, req: None, res: Some(s::<BulkView>), 200),
         route!(POST "/api/v1/runs/{run_id}/cancel", Operate, "runs", "Cancel a run (its parent, if any, sees it).", runs::cancel, req: Some(s::<RunActionRequest>), res: Some(s::<RunView>), 200),
         route!(POST "/api/v1/gates/{gate_id}/approve", Operate, "runs", "Approve a gate: the run goes on.", runs::approve_gate, req: Some(s::<GateDecisionRequest>), res: Some(s::<RunView>), 200),

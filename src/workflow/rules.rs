@@ -255,10 +255,7 @@ fn schedule_rules(schedules: &[Value], declared: Option<&Value>, report: &mut Re
         for (input, value) in &spec.inputs {
             let at = format!("{pointer}/inputs/{}", escape(input));
             match declared.and_then(|d| d.get(input)) {
-                None => report.at_key(
-                    &at,
-                    format!("input {input:?} is not declared in `inputs`"),
-                ),
+                None => report.at_key(&at, format!("input {input:?} is not declared in `inputs`")),
                 Some(Value::Object(spec)) => {
                     let kind = spec
                         .get("type")

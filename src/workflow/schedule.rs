@@ -51,7 +51,10 @@ pub struct ScheduleSpec {
     #[serde(default, skip_serializing_if = "is_default")]
     pub missed: MissedPolicy,
     /// How many missed times `catch_up` fires at most (the latest ones).
-    #[serde(default = "default_catch_up", skip_serializing_if = "is_default_catch_up")]
+    #[serde(
+        default = "default_catch_up",
+        skip_serializing_if = "is_default_catch_up"
+    )]
     #[schemars(range(min = 1, max = 1000))]
     pub catch_up_limit: u32,
     /// How late a time may fire and still count as on time.
@@ -119,8 +122,13 @@ impl OverlapPolicy {
 /// When a schedule's times are, parsed.
 #[derive(Debug, Clone)]
 pub enum Timing {
-    Cron { pattern: Box<croner::Cron>, zone: Tz },
-    Every { seconds: i64 },
+    Cron {
+        pattern: Box<croner::Cron>,
+        zone: Tz,
+    },
+    Every {
+        seconds: i64,
+    },
 }
 
 /// Longest interval accepted (a year).
@@ -161,10 +169,7 @@ impl ScheduleSpec {
     /// Its timing, or what is wrong with it: `(field, message)`.
     pub fn timing(&self) -> Result<Timing, (&'static str, String)> {
         match (&self.cron, &self.every) {
-            (Some(_), Some(_)) => Err((
-                "every",
-                "give `cron` or `every`, not both".to_string(),
-            )),
+            (Some(_), Some(_)) => Err(("every", "give `cron` or `every`, not both".to_string())),
             (None, None) => Err((
                 "cron",
                 "a schedule needs `cron` (a pattern) or `every` (an interval)".to_string(),
@@ -207,8 +212,16 @@ impl ScheduleSpec {
     /// Every problem with the spec, `(field, message)`: its timing and its limits.
     pub fn problems(&self) -> Vec<(&'static str, String)> {
         let mut found = Vec::new();
-        if let Err(problem) = self.timing() {
-            found.push(problem);
+        match (&self.cron, self.timing()) {
+            // Both the pattern and the zone, when both are wrong.
+            (Some(pattern), Err(problem)) if problem.0 == "timezone" => {
+                found.push(problem);
+                if let Err(e) = croner::Cron::from_str(pattern) {
+                    found.push(("cron", format!("cron pattern {pattern:?}: {e}")));
+                }
+            }
+            (_, Err(problem)) => found.push(problem),
+            (_, Ok(_)) => {}
         }
         if !(1..=MAX_CATCH_UP_LIMIT).contains(&self.catch_up_limit) {
             found.push((
@@ -242,7 +255,9 @@ pub fn valid_name(name: &str) -> bool {
 /// `30s`, `15m`, `2h`, `1d` (or a bare number of seconds) in seconds.
 pub fn parse_interval(text: &str) -> Result<i64, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let unit_seconds = match unit {
         "" | "s" => 1,
@@ -260,9 +275,7 @@ pub fn parse_interval(text: &str) -> Result<i64, String> {
         .map_err(|_| format!("interval {text:?}: a number and a unit, s, m, h or d (`15m`)"))?;
     let seconds = n.saturating_mul(unit_seconds);
     if !(1..=MAX_EVERY_SECONDS).contains(&seconds) {
-        return Err(format!(
-            "interval {text:?}: from 1 second to 366 days"
-        ));
+        return Err(format!("interval {text:?}: from 1 second to 366 days"));
     }
     Ok(seconds)
 }

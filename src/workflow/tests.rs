@@ -814,3 +814,55 @@ fn secret_and_personal_inputs_are_checked() {
         );
     }
 }
+
+#[test]
+fn schedules_are_checked_where_they_are_written() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+inputs:
+  region: {type: string, required: true}
+steps:
+  - {id: a, tool: noop}
+schedules:
+  - name: nightly
+    cron: "0 25 * * *"
+    timezone: Mars/Olympus
+    inputs: {region: 7, zone: eu}
+  - every: 15 minutes
+  - name: nightly
+    every: 1h
+    cron: "0 * * * *"
+"#,
+    );
+    let said = p.join("\n");
+    for expected in [
+        "wf.awl.yaml:9:11: schedules[0].cron:",
+        "wf.awl.yaml:10:15: schedules[0].timezone: unknown time zone \"Mars/Olympus\"",
+        "schedules[0].inputs.region: input \"region\": expected string, got 7",
+        "schedules[0].inputs.zone: input \"zone\" is not declared in `inputs`",
+        "schedules[1].every: interval \"15 minutes\"",
+        "schedules[1]: a file with several schedules names each (`name:`)",
+        "schedules[2].name: schedule name \"nightly\" is used twice",
+        "schedules[2].every: give `cron` or `every`, not both",
+    ] {
+        assert!(said.contains(expected), "missing {expected:?} in:\n{said}");
+    }
+    // A good one passes, and reads into the model.
+    let good = check(
+        Path::new("wf.awl.yaml"),
+        r#"name: a
+version: "1.0.0"
+steps:
+  - {id: a, tool: noop}
+schedules:
+  - {cron: "0 9 * * MON-FRI", timezone: Europe/Paris, overlap: queue, jitter_seconds: 30}
+"#,
+    )
+    .expect("a good schedule");
+    assert_eq!(good.workflow.schedules.len(), 1);
+    assert_eq!(
+        good.workflow.schedules[0].overlap,
+        super::schedule::OverlapPolicy::Queue
+    );
+}

@@ -28,5 +28,6 @@ mod mcp;
 mod observability;
 mod projections;
 mod runners;
+mod schedules;
 mod secrets;
 mod support;

@@ -18,9 +18,7 @@ use uuid::Uuid;
 
 use crate::domain::Decide;
 use crate::domain::ids::RunId;
-use crate::workflow::schedule::{
-    MissedPolicy, OverlapPolicy, ScheduleSpec, Timing, jitter,
-};
+use crate::workflow::schedule::{MissedPolicy, OverlapPolicy, ScheduleSpec, Timing, jitter};
 
 #[cfg(test)]
 mod tests;
@@ -424,7 +422,8 @@ impl Schedule {
             due.push(next);
             t = next;
         }
-        let grace = chrono::Duration::seconds(i64::try_from(spec.grace_seconds).unwrap_or(i64::MAX));
+        let grace =
+            chrono::Duration::seconds(i64::try_from(spec.grace_seconds).unwrap_or(i64::MAX));
         let late = due
             .iter()
             .take_while(|d| now - (**d + jitter(&self.name, **d, spec.jitter_seconds)) > grace)
@@ -454,7 +453,10 @@ impl Schedule {
                 }
                 OverlapPolicy::Queue => {
                     skips.flush(&mut events, now);
-                    events.push(ScheduleEvent::Queued { due_at: *d, at: now });
+                    events.push(ScheduleEvent::Queued {
+                        due_at: *d,
+                        at: now,
+                    });
                     queued += 1;
                 }
             }

@@ -165,7 +165,11 @@ fn a_time_during_the_previous_run_is_skipped_queued_or_allowed() {
         }]
     );
     assert_eq!(queue.queued(), [t(9, 1, 0)]);
-    assert_eq!(queue.wake_at(), Some(t(9, 1, 0)), "a queued time wakes at once");
+    assert_eq!(
+        queue.wake_at(),
+        Some(t(9, 1, 0)),
+        "a queued time wakes at once"
+    );
     // Still going: it waits. Ended: the queued time fires, and the next time, which
     // comes while that run goes, queues in its turn.
     assert!(tick(&mut queue, t(9, 1, 30), true).is_empty());
@@ -226,7 +230,13 @@ fn a_paused_schedule_fires_nothing_and_resumes_from_then() {
             at: t(9, 5, 0),
         },
     );
-    assert!(matches!(again, Err(ScheduleError::State { state: "paused", .. })));
+    assert!(matches!(
+        again,
+        Err(ScheduleError::State {
+            state: "paused",
+            ..
+        })
+    ));
     run(
         &mut s,
         ScheduleCommand::Resume {
@@ -256,9 +266,18 @@ fn jitter_delays_a_time_by_the_same_amount_everywhere() {
 #[test]
 fn declaring_again_changes_only_what_changed_and_keeps_its_owner() {
     let mut s = declared(every_minute());
-    assert!(run(&mut s, declare(every_minute(), t(9, 0, 5))).unwrap().is_empty());
+    assert!(
+        run(&mut s, declare(every_minute(), t(9, 0, 5)))
+            .unwrap()
+            .is_empty()
+    );
     let hourly = ScheduleSpec::every("1h");
-    assert_eq!(run(&mut s, declare(hourly.clone(), t(9, 0, 5))).unwrap().len(), 1);
+    assert_eq!(
+        run(&mut s, declare(hourly.clone(), t(9, 0, 5)))
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(s.next(), Some((t(10, 0, 0), t(10, 0, 0))));
     let mut from_file = declare(hourly, t(9, 0, 6));
     if let ScheduleCommand::Declare { source, .. } = &mut from_file {
@@ -266,7 +285,11 @@ fn declaring_again_changes_only_what_changed_and_keeps_its_owner() {
     }
     let owned = run(&mut s, from_file).unwrap_err();
     assert!(owned.to_string().contains("over the API"), "{owned}");
-    let bad = run(&mut s, declare(ScheduleSpec::cron("99 * * * *"), t(9, 0, 7))).unwrap_err();
+    let bad = run(
+        &mut s,
+        declare(ScheduleSpec::cron("99 * * * *"), t(9, 0, 7)),
+    )
+    .unwrap_err();
     assert!(bad.to_string().contains("cron"), "{bad}");
     // Removed, it fires nothing; declared again, only times from then on.
     run(
@@ -338,6 +361,9 @@ fn the_events_keep_their_wire_names() {
         assert_eq!(event.event_type(), name);
         let wire = serde_json::to_value(&event).unwrap();
         assert!(wire.get(name).is_some(), "{wire}");
-        assert_eq!(serde_json::from_value::<ScheduleEvent>(wire).unwrap(), event);
+        assert_eq!(
+            serde_json::from_value::<ScheduleEvent>(wire).unwrap(),
+            event
+        );
     }
 }

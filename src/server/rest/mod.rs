@@ -6,6 +6,7 @@ pub mod agents;
 pub mod live;
 pub mod meta;
 pub mod runs;
+pub mod schedules;
 pub mod tasks;
 pub mod tokens;
 pub mod views;

@@ -6,8 +6,10 @@
 
 mod board;
 mod runs;
+mod schedules;
 mod tokens;
 
 pub use board::*;
 pub use runs::*;
+pub use schedules::*;
 pub use tokens::*;

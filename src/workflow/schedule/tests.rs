@@ -126,12 +126,14 @@ fn jitter_is_the_same_everywhere_and_stays_below_its_bound() {
 
 #[test]
 fn the_spec_reads_with_defaults_and_writes_only_what_differs() {
-    let spec: ScheduleSpec = serde_json::from_value(serde_json::json!({"cron": "0 9 * * *"})).unwrap();
+    let spec: ScheduleSpec =
+        serde_json::from_value(serde_json::json!({"cron": "0 9 * * *"})).unwrap();
     assert_eq!(spec, ScheduleSpec::cron("0 9 * * *"));
     assert_eq!(
         serde_json::to_value(&spec).unwrap(),
         serde_json::json!({"cron": "0 9 * * *"})
     );
-    let unknown = serde_json::from_value::<ScheduleSpec>(serde_json::json!({"cron": "0 9 * * *", "when": 1}));
+    let unknown =
+        serde_json::from_value::<ScheduleSpec>(serde_json::json!({"cron": "0 9 * * *", "when": 1}));
     assert!(unknown.is_err());
 }
