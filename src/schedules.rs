@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
@@ -37,6 +38,9 @@ use crate::workflow::schedule::{ScheduleSpec, valid_name};
 /// How long the scheduler sleeps at most between looks at the log (new schedules,
 /// changed workflows, queued times whose run may have ended).
 const LOOK_EVERY: StdDuration = StdDuration::from_secs(1);
+
+/// Schedules ticked at the same time in one round.
+const TICKS_AT_ONCE: usize = 8;
 
 /// How long after a fire its run is looked for (the firing server starts it at once).
 const CONFIRM_AFTER: chrono::Duration = chrono::Duration::seconds(5);
@@ -558,19 +562,35 @@ impl Scheduler {
     pub async fn step(&mut self) -> Result<DateTime<Utc>> {
         self.refresh().await?;
         let now = self.schedules.now();
-        let due: Vec<String> = self
+        let mut due: Vec<String> = self
             .known
             .iter()
             .filter(|(_, s)| s.wake_at().is_some_and(|at| at <= now))
             .map(|(name, _)| name.clone())
             .collect();
-        for name in due {
-            match self.schedules.tick(&name).await {
-                Ok(_) => {}
-                Err(SchedulesError::Busy(_)) => {}
-                Err(e) => tracing::warn!(schedule = %name, error = %e, "a schedule's tick failed"),
-            }
-            if let Ok(schedule) = self.schedules.get(&name).await {
+        // Each server starts at a different place in the list, so servers ticking the
+        // same due schedules mostly work on different ones instead of racing on each.
+        if !due.is_empty() {
+            let offset = (uuid::Uuid::new_v4().as_u128() % due.len() as u128) as usize;
+            due.rotate_left(offset);
+        }
+        let schedules = &self.schedules;
+        let ticked: Vec<(String, Option<Schedule>)> = futures_util::stream::iter(due)
+            .map(|name| async move {
+                match schedules.tick(&name).await {
+                    Ok(_) | Err(SchedulesError::Busy(_)) => {}
+                    Err(e) => {
+                        tracing::warn!(schedule = %name, error = %e, "a schedule's tick failed")
+                    }
+                }
+                let now = schedules.get(&name).await.ok();
+                (name, now)
+            })
+            .buffer_unordered(TICKS_AT_ONCE)
+            .collect()
+            .await;
+        for (name, schedule) in ticked {
+            if let Some(schedule) = schedule {
                 self.known.insert(name, schedule);
             }
         }
