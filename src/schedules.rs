@@ -114,13 +114,6 @@ fn actor_of(name: &str) -> String {
     format!("schedule:{name}")
 }
 
-/// A schedule and where its stream stands.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    pub schedule: Schedule,
-    pub version: i64,
-}
-
 /// The schedules service. Cheap to clone.
 #[derive(Clone)]
 pub struct Schedules {
@@ -197,11 +190,6 @@ impl Schedules {
         Ok((done.state, done.appended))
     }
 
-    /// Refuse a command on a schedule that was never declared.
-    async fn existing(&self, name: &str) -> Result<Schedule> {
-        self.get(name).await
-    }
-
     /// Declare (or change) a schedule over the API: `workflow` must have a runnable
     /// version whose inputs the spec's inputs satisfy.
     pub async fn declare(
@@ -261,7 +249,7 @@ impl Schedules {
     /// Remove a schedule declared over the API (one from a workflow file goes with the
     /// file).
     pub async fn remove(&self, name: &str, by: &str) -> Result<Schedule> {
-        let found = self.existing(name).await?;
+        let found = self.get(name).await?;
         if found.source() == Some(&ScheduleSource::Workflow) && found.is_declared() {
             return Err(SchedulesError::Refused(ScheduleError::Owned {
                 name: name.to_string(),
@@ -278,7 +266,7 @@ impl Schedules {
     }
 
     pub async fn pause(&self, name: &str, by: &str, reason: &str) -> Result<Schedule> {
-        self.existing(name).await?;
+        self.get(name).await?;
         let command = ScheduleCommand::Pause {
             by: by.to_string(),
             reason: reason.to_string(),
@@ -288,7 +276,7 @@ impl Schedules {
     }
 
     pub async fn resume(&self, name: &str, by: &str) -> Result<Schedule> {
-        self.existing(name).await?;
+        self.get(name).await?;
         let command = ScheduleCommand::Resume {
             by: by.to_string(),
             at: self.now(),
@@ -298,7 +286,7 @@ impl Schedules {
 
     /// Start a run of the schedule now, by hand, whatever its times and policies.
     pub async fn trigger(&self, name: &str, by: &str) -> Result<Started> {
-        self.existing(name).await?;
+        self.get(name).await?;
         let run_id = RunId::new();
         let command = ScheduleCommand::Trigger {
             run_id,

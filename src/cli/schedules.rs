@@ -2,8 +2,6 @@
 //! workflows by themselves. Those declared in a workflow file follow the file (`awl
 //! serve` declares them); `add` and `remove` are for schedules of one's own.
 
-use std::collections::BTreeMap;
-
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
 
@@ -156,7 +154,7 @@ pub async fn schedules(store: EventStore, args: SchedulesArgs) -> anyhow::Result
                     "{:<24} {:<20} {:<28} {:<8} {:<26} {:>6} {:>7}",
                     view.name,
                     view.workflow,
-                    when(&view.spec),
+                    view.spec.as_ref().map_or(String::new(), when),
                     view.status,
                     view.next_fires.map_or("-".to_string(), |t| t.to_rfc3339()),
                     view.fired,
@@ -183,7 +181,7 @@ pub async fn schedules(store: EventStore, args: SchedulesArgs) -> anyhow::Result
                 "schedule {} starts {} {}; next at {}",
                 view.name,
                 view.workflow,
-                when(&view.spec),
+                view.spec.as_ref().map_or(String::new(), when),
                 view.next_fires.map_or("-".to_string(), |t| t.to_rfc3339())
             );
             Ok(())
@@ -213,13 +211,9 @@ pub async fn schedules(store: EventStore, args: SchedulesArgs) -> anyhow::Result
 
 /// A schedule's timing in a few words: `cron 0 9 * * * Europe/Paris`, `every 15m`.
 fn when(spec: &ScheduleSpec) -> String {
-    let mut parts: BTreeMap<u8, String> = BTreeMap::new();
-    if let Some(cron) = &spec.cron {
-        parts.insert(0, format!("cron {cron}"));
-        parts.insert(1, spec.timezone.clone().unwrap_or_else(|| "UTC".into()));
+    match (&spec.cron, &spec.every) {
+        (Some(cron), _) => format!("cron {cron} {}", spec.timezone.as_deref().unwrap_or("UTC")),
+        (None, Some(every)) => format!("every {every}"),
+        (None, None) => String::new(),
     }
-    if let Some(every) = &spec.every {
-        parts.insert(0, format!("every {every}"));
-    }
-    parts.into_values().collect::<Vec<_>>().join(" ")
 }

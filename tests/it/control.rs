@@ -913,15 +913,7 @@ async fn a_bulk_cancel_counts_first_survives_a_crash_and_acts_once(backend: Back
     let skipped = shown["skipped"].as_array().map_or(0, Vec::len) as u64;
     assert_eq!(acted + skipped, EACH as u64, "{shown}");
     // Every acme run is cancelled once, by ops with the reason; no globex run is.
-    let filter = awl::log::EventFilter {
-        event_types: vec!["run.cancelled".into()],
-        ..awl::log::EventFilter::default()
-    };
-    let (cancels, _) = t
-        .store
-        .read_page(0, 100_000, &filter)
-        .await
-        .expect("the log");
+    let cancels = crate::support::logged(&t.store, "run.cancelled").await;
     let mut cancelled = std::collections::BTreeSet::new();
     for e in &cancels {
         assert!(
@@ -1117,15 +1109,7 @@ async fn a_bulk_rerun_from_a_step_runs_each_selected_run_again_once(backend: Bac
         "origins stay"
     );
     // Each picked run has exactly one rerun, linked both ways, noted by ops.
-    let filter = awl::log::EventFilter {
-        event_types: vec!["run.derived".into()],
-        ..awl::log::EventFilter::default()
-    };
-    let (derived, _) = t
-        .store
-        .read_page(0, 100_000, &filter)
-        .await
-        .expect("the log");
+    let derived = crate::support::logged(&t.store, "run.derived").await;
     let mut origins = std::collections::BTreeSet::new();
     for e in &derived {
         assert!(

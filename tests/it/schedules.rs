@@ -10,7 +10,7 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::Value;
 
 use awl::clock::ManualClock;
-use awl::log::{EventFilter, StreamType};
+use awl::log::StreamType;
 use awl::schedules::{Scheduler, Schedules};
 
 use crate::support::cli::Awl;
@@ -63,17 +63,8 @@ async fn register(t: &TestStore, yaml: &str, name: &str) -> tempfile::TempDir {
 
 /// Every `schedule.fired` in the log: (schedule, due time or none, run id).
 async fn fires(t: &TestStore) -> Vec<(String, Option<String>, String)> {
-    let filter = EventFilter {
-        stream_types: vec![StreamType::Schedule],
-        event_types: vec!["schedule.fired".into()],
-        ..EventFilter::default()
-    };
-    let (events, _) = t
-        .store
-        .read_page(0, 100_000, &filter)
+    crate::support::logged(&t.store, "schedule.fired")
         .await
-        .expect("the log");
-    events
         .into_iter()
         .map(|e| {
             (
@@ -87,17 +78,8 @@ async fn fires(t: &TestStore) -> Vec<(String, Option<String>, String)> {
 
 /// The runs started in the log, by who started them (`schedule:NAME`), with inputs.
 async fn runs_started(t: &TestStore) -> Vec<(String, String, Value)> {
-    let filter = EventFilter {
-        stream_types: vec![StreamType::Run],
-        event_types: vec!["run.started".into()],
-        ..EventFilter::default()
-    };
-    let (events, _) = t
-        .store
-        .read_page(0, 100_000, &filter)
+    crate::support::logged(&t.store, "run.started")
         .await
-        .expect("the log");
-    events
         .into_iter()
         .map(|e| {
             (

@@ -207,3 +207,16 @@ pub async fn wait_for<T>(secs: u64, what: &str, probe: impl AsyncFnMut() -> Opti
         .await
         .unwrap_or_else(|| panic!("timed out after {secs}s waiting for {what}"))
 }
+
+/// Every event of type `event_type` in the log, in log order (up to 100,000).
+pub async fn logged(
+    store: &awl::store::EventStore,
+    event_type: &str,
+) -> Vec<awl::log::RecordedEvent> {
+    let filter = awl::log::EventFilter {
+        event_types: vec![event_type.to_string()],
+        ..awl::log::EventFilter::default()
+    };
+    let (events, _) = store.read_page(0, 100_000, &filter).await.expect("the log");
+    events
+}

@@ -15,7 +15,9 @@ pub struct ScheduleView {
     pub workflow: String,
     /// `workflow` (declared in the workflow's file) or `api`.
     pub source: String,
-    pub spec: ScheduleSpec,
+    /// Absent only for a stream that holds no declaration (never the case for a
+    /// schedule listed or found).
+    pub spec: Option<ScheduleSpec>,
     /// ACTIVE, PAUSED or REMOVED.
     pub status: String,
     /// Who paused it and why.
@@ -44,10 +46,7 @@ impl ScheduleView {
                 _ => "api",
             }
             .to_string(),
-            spec: schedule
-                .spec()
-                .cloned()
-                .unwrap_or_else(|| ScheduleSpec::every("1d")),
+            spec: schedule.spec().cloned(),
             status: if schedule.removed() {
                 "REMOVED"
             } else if schedule.paused().is_some() {
