@@ -13,6 +13,7 @@ CREATE TABLE {runs} (
     error           TEXT,
     error_class     TEXT,
     updated_at      BIGINT,
+    waiting         TEXT,
     state           TEXT NOT NULL,
     version         BIGINT NOT NULL
 );

@@ -320,6 +320,7 @@ impl Schedules {
                 StartRun {
                     workflow: schedule.workflow().to_string(),
                     inputs,
+                    priority: None,
                 },
                 run_id,
                 &actor_of(schedule.name()),

@@ -78,6 +78,10 @@ pub fn timeline_json(run: &Run) -> Value {
     j["origin"] = serde_json::to_value(run.origin()).unwrap_or(Value::Null);
     j["derived"] = serde_json::to_value(run.derived()).unwrap_or(Value::Null);
     j["paused"] = serde_json::to_value(run.paused()).unwrap_or(Value::Null);
+    j["flow"] = serde_json::to_value(run.flow()).unwrap_or(Value::Null);
+    j["queued"] = serde_json::to_value(run.queued_on()).unwrap_or(Value::Null);
+    j["admitted_at"] = serde_json::to_value(run.admitted_at()).unwrap_or(Value::Null);
+    j["waiting_for"] = run.waiting_reason().map_or(Value::Null, Value::String);
     j
 }
 
@@ -93,6 +97,17 @@ pub fn print_timeline(run: &Run) {
         run.workflow_version(),
         run.status().map_or("?", |s| s.as_str())
     );
+    if run.flow().priority != 0 {
+        let _ = writeln!(out, "    priority {}", run.flow().priority);
+    }
+    if let Some(why) = run.waiting_reason() {
+        let _ = writeln!(out, "    {why}");
+    }
+    if let (Some(at), Some(s)) = (run.admitted_at(), start)
+        && at > s
+    {
+        let _ = writeln!(out, "    admitted after {} queued", between(s, at));
+    }
     if let Some(origin) = run.origin() {
         let _ = writeln!(
             out,

@@ -17,6 +17,7 @@
 //! a hash of the same; a conditional records which branch it took as its output, so the
 //! branch never changes even if the inputs of its condition could.
 
+pub mod flow;
 mod keys;
 pub mod protect;
 mod recovery;
@@ -225,6 +226,7 @@ pub fn start_command(
             .map(|s| now + chrono::Duration::seconds(s as i64)),
         parent,
         origin: None,
+        flow: crate::domain::run::Flow::default(),
         at: now,
     })
 }

@@ -64,7 +64,8 @@ impl Sim {
             crate::workflow::inputs::Given::Json,
         )
         .unwrap_or_else(|p| panic!("{p:?}"));
-        let start = start_command(
+        let flow = super::flow::flow(&def, &inputs, None).unwrap_or_else(|e| panic!("{e}"));
+        let mut start = start_command(
             &def,
             "1.0.0",
             RunId::from_uuid(Uuid::from_u128(42)),
@@ -73,6 +74,9 @@ impl Sim {
             t0(),
         )
         .unwrap();
+        if let RunCommand::Start { flow: f, .. } = &mut start {
+            *f = flow;
+        }
         let mut log = Vec::new();
         for e in run.decide(start).unwrap() {
             run.apply(e.clone());
@@ -1529,6 +1533,134 @@ fn a_history_that_ends_early_or_holds_a_person_s_decisions_replays() {
         verify_history(&sim.def, &recorded[..end], &ReplayContext::default())
             .unwrap_or_else(|d| panic!("prefix of {end} events: {d}"));
     }
+}
+
+// ---------------------------------------------------------------- flow control
+
+const LIMITED: &str = r#"
+name: limited
+version: "1.0.0"
+priority: 7
+concurrency: {limit: 10, key: inputs.customer, per_key: 2}
+inputs:
+  customer: {type: string}
+steps:
+  - id: a
+    tool: echo
+    inputs: {message: "for ${{ inputs.customer }}"}
+"#;
+
+#[test]
+fn a_run_with_concurrency_slots_starts_queued_and_nothing_moves_until_admitted() {
+    let mut sim = Sim::start(LIMITED, json!({"customer": "acme"}));
+    assert_eq!(sim.run.status(), Some(RunStatus::Queued));
+    assert!(sim.run.awaiting_admission());
+    let flow = sim.run.flow().clone();
+    assert_eq!(flow.priority, 7);
+    let scopes: Vec<(&str, u32)> = flow
+        .slots
+        .iter()
+        .map(|s| (s.scope.as_str(), s.limit))
+        .collect();
+    assert_eq!(
+        scopes,
+        [("workflow:limited", 10), ("workflow:limited:key:acme", 2)]
+    );
+    let idle = sim.at(60).tick();
+    assert!(
+        idle.events.is_empty() && idle.effects.is_empty(),
+        "{idle:?}"
+    );
+    assert_eq!(idle.wake_at, None, "only an admission moves a queued run");
+    // Waiting on a full scope is recorded once per scope.
+    sim.decide(RunCommand::Queue {
+        scope: "workflow:limited:key:acme".into(),
+        limit: 2,
+        at: t0(),
+    });
+    let again = sim
+        .run
+        .decide(RunCommand::Queue {
+            scope: "workflow:limited:key:acme".into(),
+            limit: 2,
+            at: t0() + Duration::seconds(60),
+        })
+        .unwrap();
+    assert!(again.is_empty(), "{again:?}");
+    assert_eq!(
+        sim.run.queued_on().map(|q| q.scope.as_str()),
+        Some("workflow:limited:key:acme")
+    );
+    // A step command is refused while queued, whoever asks.
+    let refused = sim.run.decide(RunCommand::ScheduleStep {
+        step_id: sid("a"),
+        due_at: t0(),
+        at: t0(),
+    });
+    assert!(refused.is_err(), "{refused:?}");
+    sim.decide(RunCommand::Admit {
+        at: t0() + Duration::seconds(90),
+    });
+    assert_eq!(sim.run.status(), Some(RunStatus::Running));
+    assert!(sim.run.queued_on().is_none());
+    assert_eq!(performed(&sim.at(90).tick()), vec!["a"]);
+    sim.succeed("a");
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+}
+
+#[test]
+fn a_queued_run_can_be_paused_cancelled_or_time_out() {
+    let mut sim = Sim::start(LIMITED, json!({"customer": "acme"}));
+    sim.decide(RunCommand::Pause {
+        by: "ops".into(),
+        reason: "hold".into(),
+        at: t0(),
+        workflow: false,
+    });
+    assert_eq!(sim.run.status(), Some(RunStatus::Paused));
+    assert!(
+        !sim.run.awaiting_admission(),
+        "a paused run is not admitted"
+    );
+    sim.decide(RunCommand::Resume {
+        by: "ops".into(),
+        at: t0(),
+    });
+    assert_eq!(sim.run.status(), Some(RunStatus::Queued));
+    sim.decide(RunCommand::Cancel {
+        by: "ops".into(),
+        reason: "not needed".into(),
+        at: t0(),
+    });
+    assert_eq!(sim.run.status(), Some(RunStatus::Cancelled));
+    assert!(!sim.run.awaiting_admission());
+}
+
+#[test]
+fn the_key_of_a_flow_is_the_text_of_its_value() {
+    use super::flow::key_value;
+    let inputs = |v: Value| v.as_object().cloned().unwrap();
+    assert_eq!(
+        key_value("inputs.customer", &inputs(json!({"customer": "acme"}))).unwrap(),
+        "acme"
+    );
+    assert_eq!(
+        key_value("inputs.n + 1", &inputs(json!({"n": 41}))).unwrap(),
+        "42"
+    );
+    let long = "x".repeat(500);
+    let hashed = key_value("inputs.c", &inputs(json!({ "c": long }))).unwrap();
+    assert!(
+        hashed.starts_with("sha256:") && hashed.len() == 71,
+        "{hashed}"
+    );
+    let missing = key_value("inputs.nope", &inputs(json!({}))).unwrap_err();
+    assert!(missing.contains("inputs.nope"), "{missing}");
+    let def = workflow(LIMITED);
+    let refused = super::flow::flow(&def, &inputs(json!({"customer": "a"})), Some(5000));
+    assert!(refused.unwrap_err().contains("out of range"));
+    let given = super::flow::flow(&def, &inputs(json!({"customer": "a"})), Some(-3)).unwrap();
+    assert_eq!(given.priority, -3);
 }
 
 // ---------------------------------------------------------------- pause and resume

@@ -358,11 +358,14 @@ impl Walk<'_> {
     }
 }
 
-/// Events appended by a command from outside the engine (a person or an operator).
+/// Events appended by a command from outside the engine (a person or an operator;
+/// the executor's admission for concurrency slots, decided against the database).
 fn from_outside(event: &RunEvent) -> bool {
     matches!(
         event,
         RunEvent::Started { .. }
+            | RunEvent::Queued { .. }
+            | RunEvent::Admitted { .. }
             | RunEvent::GateApproved { .. }
             | RunEvent::GateRejected { .. }
             | RunEvent::Paused { .. }

@@ -10,15 +10,33 @@ use std::collections::{BTreeSet, HashMap};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 
+use crate::domain::Decide;
+use crate::domain::run::RunCommand;
 use crate::domain::run::{Run, RunEvent};
 use crate::engine::Effect;
 use crate::log::{AppendRequest, Metadata, StreamRef, StreamType};
-use crate::store::{Lease, Release, StoreError, StoreTx, domain_io};
+use crate::store::{
+    Lease, Release, SlotAnswer, SlotRequest, StoreError, StoreTx, Waiting, domain_io,
+};
 use crate::telemetry;
+use cqrs_es::Aggregate;
 
 use super::ExecError;
 use super::decide::Decided;
 use super::worker::{Held, Report, Worker};
+
+/// How long a queued run waits before it looks at its slots again if nobody woke
+/// it: a safety net, since a slot given back wakes its scope's waiters at once.
+const WAITING_RECHECK: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+/// What the commit did about concurrency slots.
+#[derive(Default)]
+struct Admission {
+    /// Runs that took their slots: decided again at once.
+    admitted: BTreeSet<String>,
+    /// Runs that found a scope full: given back waiting for it.
+    waiting: HashMap<String, Waiting>,
+}
 
 impl Worker {
     /// Write every decision in one transaction, then start their effects.
@@ -68,12 +86,14 @@ impl Worker {
         // What the committed decisions planned beside their events.
         let mut side = Vec::new();
         let mut wake = Vec::new();
+        let mut enqueue = Vec::new();
         for d in decided
             .iter_mut()
             .filter(|d| !conflicted.contains(&d.run_id))
         {
             side.append(&mut d.side.appends);
             wake.append(&mut d.side.wake);
+            enqueue.append(&mut d.side.enqueue);
             if let Some(only) = &self.config.only
                 && let Ok(mut set) = only.lock()
             {
@@ -95,15 +115,33 @@ impl Worker {
         for run_id in &wake {
             tx.wake_run(run_id, now).await?;
         }
-        // Give back every run with nothing in flight after this round.
+        for (run_id, priority) in &enqueue {
+            tx.enqueue_run(run_id, now, *priority).await?;
+        }
+        let admission = self
+            .admit(&mut tx, held, &mut decided, &conflicted, &mut versions, now)
+            .await?;
+        // Give back every run with nothing in flight after this round (but those just
+        // admitted: their first steps are decided in the next round).
         let mut releases = refused;
         for d in &decided {
-            if conflicted.contains(&d.run_id) {
+            if conflicted.contains(&d.run_id) || admission.admitted.contains(&d.run_id) {
                 continue;
             }
             let Some(h) = held.get(&d.run_id) else {
                 continue;
             };
+            if let Some(waiting) = admission.waiting.get(&d.run_id) {
+                releases.push(Release {
+                    run_id: d.run_id.clone(),
+                    epoch: h.epoch,
+                    due_at: Some(now + WAITING_RECHECK),
+                    version: versions.get(&d.run_id).copied().unwrap_or(h.version),
+                    finished: false,
+                    waiting: Some(waiting.clone()),
+                });
+                continue;
+            }
             let starts_work = d
                 .effects
                 .iter()
@@ -115,6 +153,7 @@ impl Worker {
                     due_at: d.wake_at,
                     version: versions.get(&d.run_id).copied().unwrap_or(h.version),
                     finished: d.state.is_terminal(),
+                    waiting: None,
                 });
             }
         }
@@ -159,6 +198,10 @@ impl Worker {
             };
             h.version = versions.get(&d.run_id).copied().unwrap_or(h.version);
             h.run = d.state;
+            if admission.admitted.contains(&d.run_id) {
+                // Admitted in this commit: decide its first steps next round.
+                h.dirty = true;
+            }
             if !d.pending.is_empty() {
                 h.outcomes.extend(d.pending);
                 h.dirty = true;
@@ -168,6 +211,128 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// Admit the queued runs among `decided` that can take their concurrency slots,
+    /// and give back the slots of those that finished, in the commit's transaction:
+    /// `run.admitted` is appended for each run admitted, `run.queued` for each that
+    /// starts waiting on a scope.
+    async fn admit(
+        &self,
+        tx: &mut StoreTx,
+        held: &HashMap<String, Held>,
+        decided: &mut [Decided],
+        conflicted: &BTreeSet<String>,
+        versions: &mut HashMap<String, i64>,
+        now: DateTime<Utc>,
+    ) -> Result<Admission, ExecError> {
+        let mut admission = Admission::default();
+        let live =
+            |d: &&mut Decided| !conflicted.contains(&d.run_id) && held.contains_key(&d.run_id);
+        let finished: Vec<String> = decided
+            .iter_mut()
+            .filter(live)
+            .filter(|d| d.state.is_terminal() && !d.state.flow().slots.is_empty())
+            .map(|d| d.run_id.clone())
+            .collect();
+        let mut queued: Vec<&mut Decided> = decided
+            .iter_mut()
+            .filter(live)
+            .filter(|d| d.state.awaiting_admission())
+            .collect();
+        if finished.is_empty() && queued.is_empty() {
+            return Ok(admission);
+        }
+        // Higher priorities take a scope's free slots first.
+        queued.sort_by_key(|d| std::cmp::Reverse(d.state.flow().priority));
+        let requests: Vec<SlotRequest> = queued
+            .iter()
+            .map(|d| {
+                let mut slots = d.state.flow().slots.clone();
+                slots.sort();
+                SlotRequest {
+                    run_id: d.run_id.clone(),
+                    slots,
+                }
+            })
+            .collect();
+        let answers = tx.settle_slots(&finished, &requests, now).await?;
+        let actor = Metadata::actor("awl");
+        let mut appends = Vec::new();
+        let mut owners = Vec::new();
+        for (d, answer) in queued.iter_mut().zip(answers) {
+            let command = match &answer {
+                SlotAnswer::Taken => RunCommand::Admit { at: now },
+                SlotAnswer::Full { scope, limit } => RunCommand::Queue {
+                    scope: scope.clone(),
+                    limit: *limit,
+                    at: now,
+                },
+            };
+            let events = d
+                .state
+                .decide(command)
+                .map_err(|e| ExecError::Refused(e.to_string()))?;
+            match answer {
+                SlotAnswer::Taken => {
+                    admission.admitted.insert(d.run_id.clone());
+                }
+                SlotAnswer::Full { scope, .. } => {
+                    let fair_key = d
+                        .state
+                        .flow()
+                        .slots
+                        .iter()
+                        .map(|s| s.scope.clone())
+                        .find(|s| s.contains(":key:"));
+                    admission
+                        .waiting
+                        .insert(d.run_id.clone(), Waiting { scope, fair_key });
+                }
+            }
+            if events.is_empty() {
+                continue;
+            }
+            let Some(h) = held.get(&d.run_id) else {
+                continue;
+            };
+            let version = versions.get(&d.run_id).copied().unwrap_or(h.version);
+            let stream = StreamRef::new(StreamType::Run, d.run_id.clone());
+            appends.push(domain_io::append_request(
+                &stream, version, &events, &actor,
+            )?);
+            owners.push((d.run_id.clone(), events));
+        }
+        let results = tx.append_each(&appends).await?;
+        let mut lost = Vec::new();
+        for ((run_id, events), result) in owners.into_iter().zip(results) {
+            match result {
+                Ok(appended) => {
+                    versions.insert(run_id.clone(), appended.stream_version);
+                    if let Some(d) = queued.iter_mut().find(|d| d.run_id == run_id) {
+                        for e in events {
+                            d.state.apply(e.clone());
+                            d.events.push(e);
+                        }
+                    }
+                }
+                // Someone wrote to the run since: its slots go back, and the run is
+                // read again and decided again (it is due now).
+                Err(StoreError::Conflict { .. }) => {
+                    admission.admitted.remove(&run_id);
+                    admission.waiting.remove(&run_id);
+                    lost.push(run_id);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !lost.is_empty() {
+            tx.settle_slots(&lost, &[], now).await?;
+            for run_id in &lost {
+                tx.wake_run(run_id, now).await?;
+            }
+        }
+        Ok(admission)
     }
 
     /// Keep only the decisions for runs this worker still holds under its claim's

@@ -64,6 +64,8 @@ pub(super) struct SideWrites {
     /// Runs to wake in the same transaction: parents of finished children, new
     /// children.
     pub wake: Vec<String>,
+    /// Child runs new to the wake-up queue, with their priority.
+    pub enqueue: Vec<(String, i32)>,
     /// The child runs started (a worker following only some runs follows these too).
     pub children: Vec<String>,
 }
@@ -277,7 +279,7 @@ fn side_writes(
             run_id: run.id().unwrap_or_default(),
             step_id: child.step_id.clone(),
         };
-        let command = engine::start_command(
+        let mut command = engine::start_command(
             &child.definition,
             &child.version,
             child.run_id,
@@ -286,13 +288,21 @@ fn side_writes(
             now,
         )
         .map_err(|e| ExecError::Refused(e.to_string()))?;
+        // A child runs at its workflow's priority, else its parent's; under its
+        // workflow's concurrency limits like any run.
+        let priority = child.definition.priority.unwrap_or(run.flow().priority);
+        let flow = engine::flow::flow(&child.definition, &child.inputs, Some(priority))
+            .map_err(ExecError::Refused)?;
+        if let crate::domain::run::RunCommand::Start { flow: f, .. } = &mut command {
+            *f = flow;
+        }
         let events = Run::default()
             .decide(command)
             .map_err(|e| ExecError::Refused(e.to_string()))?;
         let stream = StreamRef::new(StreamType::Run, child.run_id.to_string());
         side.appends
             .push(domain_io::append_request(&stream, 0, &events, &actor)?);
-        side.wake.push(child.run_id.to_string());
+        side.enqueue.push((child.run_id.to_string(), priority));
         side.children.push(child.run_id.to_string());
     }
     Ok(side)

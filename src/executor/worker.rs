@@ -149,6 +149,7 @@ fn retry_later(run_id: &str, epoch: i64, version: i64, now: DateTime<Utc>) -> Re
         due_at: Some(now + chrono::Duration::minutes(1)),
         version,
         finished: false,
+        waiting: None,
     }
 }
 
@@ -627,6 +628,7 @@ impl Worker {
                 due_at: Some(now),
                 version: h.version,
                 finished: h.run.is_terminal(),
+                waiting: None,
             })
             .collect();
         let mut tx = self.store.begin().await?;

@@ -29,6 +29,7 @@ const RUN_COLUMNS: &[&str] = &[
     "error",
     "error_class",
     "updated_at",
+    "waiting",
     "state",
     "version",
 ];
@@ -76,7 +77,8 @@ impl Projection for Runs {
         // 2: indexes that end in the pagination key (started_at, run_id).
         // 3: counters for analytics (workflow_days, workflow_durations, step_stats,
         //    step_failures).
-        3
+        // 4: why a run on its way waits (paused, queued for a concurrency slot).
+        4
     }
     fn ddl(&self) -> &'static str {
         include_str!("../../projections/runs.sql")
@@ -401,6 +403,7 @@ fn run_row(id: &str, run: &Run, version: i64) -> Result<Vec<Param>, ProjectionEr
         Param::from(error),
         Param::from(class),
         Param::from(run.updated_at().map(micros)),
+        Param::from(run.waiting_reason()),
         Param::from(state_json("runs", run)?),
         Param::from(version),
     ])

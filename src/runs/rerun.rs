@@ -23,7 +23,7 @@ use crate::store::domain_io;
 use crate::workflow::inputs;
 use crate::workflow::model::{Step, Workflow};
 
-use super::start::{Lineage, Started};
+use super::start::{Lineage, StartOptions, Started};
 use super::{Runs, RunsError, run_stream};
 
 impl Runs {
@@ -120,7 +120,18 @@ impl Runs {
             carried,
         };
         let started = self
-            .start_registered(&registered, resolved, run_id, by, None, Some(lineage))
+            .start_registered(
+                &registered,
+                resolved,
+                run_id,
+                by,
+                None,
+                StartOptions {
+                    lineage: Some(lineage),
+                    // A rerun or fork keeps its origin's place among runs.
+                    priority: Some(recorded.flow().priority),
+                },
+            )
             .await?;
         self.note_derived(origin, run_id, link, by).await?;
         Ok(started)

@@ -45,6 +45,17 @@ pub struct StartRun {
     pub workflow: String,
     /// Inputs as JSON values (types must match the declared ones).
     pub inputs: Map<String, Value>,
+    /// The run's priority (-1000 to 1000; default: the workflow's, else 0).
+    pub priority: Option<i32>,
+}
+
+/// What a start may carry besides the workflow and inputs.
+#[derive(Debug, Clone, Default)]
+pub(super) struct StartOptions {
+    /// A rerun's or fork's origin and carried steps.
+    pub lineage: Option<Lineage>,
+    /// The priority asked for (default: the workflow's).
+    pub priority: Option<i32>,
 }
 
 /// What a rerun or fork starts with besides its inputs: where it came from and the
@@ -73,12 +84,17 @@ impl Runs {
         by: &str,
         key: Option<&IdempotencyKey>,
     ) -> Result<Started, RunsError> {
+        let priority = request.priority;
         let (registered, inputs) = self.resolve_request(request).await?;
         let run_id = match key {
             Some(k) => RunId::from_uuid(k.derive(&RUN_KEY_NAMESPACE, by)),
             None => RunId::new(),
         };
-        self.start_registered(&registered, inputs, run_id, by, key, None)
+        let options = StartOptions {
+            priority,
+            ..StartOptions::default()
+        };
+        self.start_registered(&registered, inputs, run_id, by, key, options)
             .await
     }
 
@@ -93,8 +109,13 @@ impl Runs {
         by: &str,
         key: &IdempotencyKey,
     ) -> Result<Started, RunsError> {
+        let priority = request.priority;
         let (registered, inputs) = self.resolve_request(request).await?;
-        self.start_registered(&registered, inputs, run_id, by, Some(key), None)
+        let options = StartOptions {
+            priority,
+            ..StartOptions::default()
+        };
+        self.start_registered(&registered, inputs, run_id, by, Some(key), options)
             .await
     }
 
@@ -147,7 +168,14 @@ impl Runs {
             .map_err(definitions::DefinitionError::Invalid)?;
         let registered = definitions::register_file(&self.store, path, by, self.now()).await?;
         let started = self
-            .start_registered(&registered, inputs, RunId::new(), by, None, None)
+            .start_registered(
+                &registered,
+                inputs,
+                RunId::new(),
+                by,
+                None,
+                StartOptions::default(),
+            )
             .await?;
         Ok((started, registered))
     }
@@ -161,8 +189,15 @@ impl Runs {
         inputs: Map<String, Value>,
         by: &str,
     ) -> Result<Started, RunsError> {
-        self.start_registered(registered, inputs, RunId::new(), by, None, None)
-            .await
+        self.start_registered(
+            registered,
+            inputs,
+            RunId::new(),
+            by,
+            None,
+            StartOptions::default(),
+        )
+        .await
     }
 
     /// Append the run's start (inputs already checked) with its first wake-up, in a
@@ -175,7 +210,7 @@ impl Runs {
         run_id: RunId,
         by: &str,
         key: Option<&IdempotencyKey>,
-        lineage: Option<Lineage>,
+        options: StartOptions,
     ) -> Result<Started, RunsError> {
         let span = tracing::info_span!(
             "awl.run.start",
@@ -185,7 +220,7 @@ impl Runs {
             awl.workflow.version = %registered.version,
         );
         let started = self
-            .append_start(registered, inputs, run_id, by, key, lineage)
+            .append_start(registered, inputs, run_id, by, key, options)
             .instrument(span)
             .await?;
         if started.created {
@@ -201,9 +236,11 @@ impl Runs {
         run_id: RunId,
         by: &str,
         key: Option<&IdempotencyKey>,
-        lineage: Option<Lineage>,
+        options: StartOptions,
     ) -> Result<Started, RunsError> {
         let now = self.now();
+        let flow = engine::flow::flow(&registered.workflow, &inputs, options.priority)
+            .map_err(RunsError::Invalid)?;
         let inputs = self.seal_inputs(registered, run_id, inputs, now).await?;
         let mut command = engine::start_command(
             &registered.workflow,
@@ -214,7 +251,11 @@ impl Runs {
             now,
         )
         .map_err(|e| RunsError::Invalid(e.to_string()))?;
-        let carried = match lineage {
+        let priority = flow.priority;
+        if let RunCommand::Start { flow: f, .. } = &mut command {
+            *f = flow;
+        }
+        let carried = match options.lineage {
             Some(Lineage { origin, carried }) => {
                 if let RunCommand::Start { origin: o, .. } = &mut command {
                     *o = Some(origin);
@@ -229,6 +270,7 @@ impl Runs {
         let stream = run_stream(run_id);
         let done = Command::new(&self.store, &stream, Metadata::actor(by))
             .wakes(now, |_: &Run| vec![run_id.to_string()])
+            .priority(priority)
             .run(|run| -> Result<Vec<RunEvent>, RunError> {
                 if key.is_some() && run.status().is_some() {
                     // Started by an earlier request with this key: compared below.

@@ -71,6 +71,8 @@ pub struct Command<'a, A: Aggregate> {
     metadata: Metadata,
     cached: Option<(A, i64)>,
     wakes: Option<(DateTime<Utc>, Wakes<'a, A>)>,
+    /// The priority a run new to the wake-up queue gets.
+    priority: i32,
     /// Look for this command's events before deciding (its id was given, or an
     /// append's outcome is unknown).
     look_for_own: bool,
@@ -92,6 +94,7 @@ impl<'a, A: Aggregate> Command<'a, A> {
             metadata,
             cached: None,
             wakes: None,
+            priority: 0,
             look_for_own,
         }
     }
@@ -120,6 +123,12 @@ impl<'a, A: Aggregate> Command<'a, A> {
         wakes: impl Fn(&A) -> Vec<String> + Send + Sync + 'a,
     ) -> Self {
         self.wakes = Some((at, Box::new(wakes)));
+        self
+    }
+
+    /// Runs new to the wake-up queue (a run being started) get `priority` there.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
         self
     }
 
@@ -226,7 +235,7 @@ impl<'a, A: Aggregate> Command<'a, A> {
         }
         let mut tx = self.store.begin().await?;
         for run_id in &wake {
-            tx.wake_run(run_id, at).await?;
+            tx.enqueue_run(run_id, at, self.priority).await?;
         }
         // The append last: the log's lock is held for one statement and the commit.
         if let Err(e) = tx.append(&[request]).await {

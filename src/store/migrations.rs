@@ -64,6 +64,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "events archive",
         include_str!("../../migrations/postgres/0011_events_archive.sql"),
     ),
+    (
+        12,
+        "flow control",
+        include_str!("../../migrations/postgres/0012_flow_control.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -121,6 +126,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         11,
         "events archive",
         include_str!("../../migrations/sqlite/0011_events_archive.sql"),
+    ),
+    (
+        12,
+        "flow control",
+        include_str!("../../migrations/sqlite/0012_flow_control.sql"),
     ),
 ];
 

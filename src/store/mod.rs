@@ -14,6 +14,7 @@ pub mod command;
 mod decode;
 pub mod domain_io;
 mod error;
+mod flow;
 pub mod health;
 mod keyring;
 mod location;
@@ -42,11 +43,12 @@ use crate::log::{AppendRequest, Appended, EventFilter, RecordedEvent, StreamRef,
 
 use backend::Backend;
 pub use error::StoreError;
+pub use flow::{SlotAnswer, SlotRequest};
 pub use location::{DEFAULT_SQLITE_PATH, StoreLocation, redact};
 pub use tail::TAIL_PAGE;
 pub use tokens::TokenRecord;
 pub use tx::{StoreTx, TxConnection};
-pub use wakeups::{Lease, Release};
+pub use wakeups::{Lease, Release, Waiting};
 
 /// How a store is opened.
 #[derive(Debug, Clone)]

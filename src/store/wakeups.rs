@@ -51,6 +51,18 @@ pub struct Release {
     pub version: i64,
     /// The run ended: drop its row.
     pub finished: bool,
+    /// The run is queued for a concurrency slot it found full: it waits for that
+    /// scope (woken when a slot frees; `due_at` is only a safety net).
+    pub waiting: Option<Waiting>,
+}
+
+/// What a queued run waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// The scope whose slots were all held.
+    pub scope: String,
+    /// The scope of the run's key (its share is weighed against other keys').
+    pub fair_key: Option<String>,
 }
 
 fn micros(at: DateTime<Utc>) -> i64 {
@@ -64,27 +76,40 @@ impl StoreTx {
         run_id: &str,
         due_at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        self.enqueue_run(run_id, due_at, 0).await
+    }
+
+    /// [`StoreTx::wake_run`], and a run new to the queue gets `priority` (claims
+    /// take higher priorities first among due runs).
+    pub async fn enqueue_run(
+        &mut self,
+        run_id: &str,
+        due_at: DateTime<Utc>,
+        priority: i32,
+    ) -> Result<(), StoreError> {
         let what = format!("waking run {run_id}");
         match self.connection() {
             TxConnection::Postgres(c) => sqlx::query(
-                "INSERT INTO run_wakeups (run_id, due_at) VALUES ($1, $2) \
+                "INSERT INTO run_wakeups (run_id, due_at, priority) VALUES ($1, $2, $3) \
                  ON CONFLICT (run_id) DO UPDATE SET due_at = \
                    LEAST(COALESCE(run_wakeups.due_at, EXCLUDED.due_at), EXCLUDED.due_at), \
                    woken = true",
             )
             .bind(run_id)
             .bind(due_at)
+            .bind(priority)
             .execute(c)
             .await
             .map(|_| ()),
             TxConnection::Sqlite(c) => sqlx::query(
-                "INSERT INTO run_wakeups (run_id, due_at) VALUES (?1, ?2) \
+                "INSERT INTO run_wakeups (run_id, due_at, priority) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (run_id) DO UPDATE SET due_at = \
                    MIN(COALESCE(run_wakeups.due_at, excluded.due_at), excluded.due_at), \
                    woken = 1",
             )
             .bind(run_id)
             .bind(micros(due_at))
+            .bind(priority)
             .execute(c)
             .await
             .map(|_| ()),
@@ -126,15 +151,30 @@ impl StoreTx {
                 let due: Vec<Option<DateTime<Utc>>> = open.iter().map(|r| r.due_at).collect();
                 let versions: Vec<i64> = open.iter().map(|r| r.version).collect();
                 let epochs: Vec<i64> = open.iter().map(|r| r.epoch).collect();
+                let waiting: Vec<Option<&str>> = open
+                    .iter()
+                    .map(|r| r.waiting.as_ref().map(|w| w.scope.as_str()))
+                    .collect();
+                let fair: Vec<Option<&str>> = open
+                    .iter()
+                    .map(|r| r.waiting.as_ref().and_then(|w| w.fair_key.as_deref()))
+                    .collect();
+                // A run that waits for a slot waits while nobody woke it: a wake-up
+                // that came meanwhile (a slot freed, a cancel) makes it due now.
                 sqlx::query(
                     "UPDATE run_wakeups w SET \
                        due_at = CASE WHEN NOT w.woken AND COALESCE((SELECT e.version FROM events e \
                                    WHERE e.stream_type = 'run' AND e.stream_id = w.run_id \
                                    ORDER BY e.version DESC LIMIT 1), 0) = r.version \
                                 THEN r.due ELSE $4 END, \
+                       waiting_for = CASE WHEN w.woken THEN NULL ELSE r.waiting END, \
+                       waiting_since = CASE WHEN r.waiting IS NULL THEN NULL \
+                                            ELSE COALESCE(w.waiting_since, $4) END, \
+                       fair_key = r.fair, \
                        lease_owner = NULL, lease_until = NULL, woken = false \
-                     FROM unnest($1::text[], $2::timestamptz[], $3::int8[], $6::int8[]) \
-                          AS r(run_id, due, version, epoch) \
+                     FROM unnest($1::text[], $2::timestamptz[], $3::int8[], $6::int8[], \
+                                 $7::text[], $8::text[]) \
+                          AS r(run_id, due, version, epoch, waiting, fair) \
                      WHERE w.run_id = r.run_id AND w.lease_owner = $5 AND w.lease_epoch = r.epoch",
                 )
                 .bind(&ids)
@@ -143,6 +183,8 @@ impl StoreTx {
                 .bind(now)
                 .bind(owner)
                 .bind(&epochs)
+                .bind(&waiting)
+                .bind(&fair)
                 .execute(&mut *c)
                 .await
                 .map_err(StoreError::db("releasing runs"))?;
@@ -169,6 +211,10 @@ impl StoreTx {
                                        WHERE e.stream_type = 'run' AND e.stream_id = ?1 \
                                        ORDER BY e.version DESC LIMIT 1), 0) = ?3 \
                                     THEN ?2 ELSE ?4 END, \
+                           waiting_for = CASE WHEN woken = 1 THEN NULL ELSE ?7 END, \
+                           waiting_since = CASE WHEN ?7 IS NULL THEN NULL \
+                                                ELSE COALESCE(waiting_since, ?4) END, \
+                           fair_key = ?8, \
                            lease_owner = NULL, lease_until = NULL, woken = 0 \
                          WHERE run_id = ?1 AND lease_owner = ?5 AND lease_epoch = ?6",
                     )
@@ -178,6 +224,8 @@ impl StoreTx {
                     .bind(micros(now))
                     .bind(owner)
                     .bind(r.epoch)
+                    .bind(r.waiting.as_ref().map(|w| w.scope.as_str()))
+                    .bind(r.waiting.as_ref().and_then(|w| w.fair_key.as_deref()))
                     .execute(&mut *c)
                     .await
                     .map_err(StoreError::db("releasing a run"))?;
@@ -264,7 +312,7 @@ impl EventStore {
                    SELECT run_id FROM run_wakeups \
                     WHERE due_at <= $3 AND (lease_until IS NULL OR lease_until < $3) \
                       AND ($5::text[] IS NULL OR run_id = ANY($5)) \
-                    ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
+                    ORDER BY priority DESC, due_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
                  UPDATE run_wakeups w SET lease_owner = $1, lease_until = $2, woken = false, \
                         lease_epoch = w.lease_epoch + 1 \
                    FROM due WHERE w.run_id = due.run_id RETURNING w.run_id, w.lease_epoch",
@@ -287,7 +335,7 @@ impl EventStore {
                          WHERE due_at IS NOT NULL AND due_at <= ?3 \
                            AND (lease_until IS NULL OR lease_until < ?3) \
                            AND (?5 IS NULL OR run_id IN (SELECT value FROM json_each(?5))) \
-                         ORDER BY due_at LIMIT ?4) \
+                         ORDER BY priority DESC, due_at LIMIT ?4) \
                      RETURNING run_id, lease_epoch",
                 )
                 .bind(owner)

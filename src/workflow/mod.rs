@@ -17,6 +17,7 @@
 //! naming a file is checked to have that file next to the workflow file.
 
 pub mod diagnostics;
+pub mod flow;
 pub mod inputs;
 pub mod model;
 mod rules;

@@ -77,6 +77,17 @@ pub struct Workflow {
     /// them, once per time across all servers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<super::schedule::ScheduleSpec>,
+    /// The priority of its runs (default 0; -1000 to 1000, higher first): among runs
+    /// due at once, and runs waiting for a concurrency slot. A start may give its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -1000, max = 1000))]
+    pub priority: Option<i32>,
+    /// How many of its runs may be on their way at once, in all and per key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<super::flow::ConcurrencySpec>,
+    /// Starts with the same key within a window join the first one's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<super::flow::DebounceSpec>,
 }
 
 /// One input of a workflow.

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::expr::{Expression, References, Template};
 
 use super::diagnostics::Reporter;
+use super::flow::{ConcurrencySpec, DebounceSpec};
 use super::inputs::fits;
 use super::model::InputType;
 use super::schedule::ScheduleSpec;
@@ -220,6 +221,59 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
     }
     if let Some(Value::Array(schedules)) = json.get("schedules") {
         schedule_rules(schedules, json.get("inputs"), report);
+    }
+    let refs = Refs {
+        inputs: &inputs,
+        earlier: &none,
+        all: &none,
+        own: None,
+        here: None,
+        places: &BTreeMap::new(),
+        has_prev: false,
+        in_tool: false,
+    };
+    flow_rules(json, &refs, report);
+}
+
+/// Concurrency and debounce: limits in range, and key expressions that parse and
+/// read inputs only (they are evaluated when a run starts, before any step).
+fn flow_rules(json: &Value, refs: &Refs<'_>, report: &mut Reporter<'_>) {
+    if let Some(value) = json.get("concurrency")
+        && let Ok(spec) = serde_json::from_value::<ConcurrencySpec>(value.clone())
+    {
+        for (field, message) in spec.problems() {
+            let at = format!("/concurrency/{field}");
+            if value.get(field).is_some() {
+                report.at_value(&at, message);
+            } else {
+                report.at_value("/concurrency", message);
+            }
+        }
+        if let Some(key) = &spec.key {
+            key_expression(key, "/concurrency/key", refs, report);
+        }
+    }
+    if let Some(value) = json.get("debounce")
+        && let Ok(spec) = serde_json::from_value::<DebounceSpec>(value.clone())
+    {
+        key_expression(&spec.key, "/debounce/key", refs, report);
+    }
+}
+
+fn key_expression(source: &str, pointer: &str, refs: &Refs<'_>, report: &mut Reporter<'_>) {
+    match Expression::parse(source) {
+        Ok(expression) => {
+            let found = expression.references();
+            if !found.steps.is_empty() || found.prev || !found.env.is_empty() {
+                report.at_value(
+                    pointer,
+                    "a key is computed when the run starts: it may read inputs only",
+                );
+            } else {
+                check_references(found, pointer, refs, report);
+            }
+        }
+        Err(e) => report.at_value(pointer, format!("the key expression does not parse: {e}")),
     }
 }
 

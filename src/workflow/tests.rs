@@ -866,3 +866,61 @@ schedules:
         super::schedule::OverlapPolicy::Queue
     );
 }
+
+#[test]
+fn flow_control_is_checked_where_it_is_written() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+priority: 5000
+inputs:
+  customer: {type: string}
+concurrency: {key: inputs.client}
+debounce: {key: "steps.a.output", window_seconds: 60}
+steps:
+  - {id: a, tool: noop}
+"#,
+    );
+    let said = p.join("\n");
+    for expected in [
+        "priority",
+        "concurrency.key: `key` needs `per_key`",
+        "concurrency.key: unknown input `client` (declared: customer)",
+        "debounce.key: a key is computed when the run starts: it may read inputs only",
+    ] {
+        assert!(said.contains(expected), "missing {expected:?} in:\n{said}");
+    }
+    let zero = problems(
+        r#"name: a
+version: "1.0.0"
+concurrency: {limit: 0, per_key: 1}
+steps:
+  - {id: a, tool: noop}
+"#,
+    )
+    .join("\n");
+    for expected in ["concurrency.limit", "`per_key` needs `key`"] {
+        assert!(zero.contains(expected), "missing {expected:?} in:\n{zero}");
+    }
+    let good = check(
+        Path::new("wf.awl.yaml"),
+        r#"name: a
+version: "1.0.0"
+priority: -10
+inputs:
+  customer: {type: string}
+concurrency: {limit: 10, key: inputs.customer, per_key: 2}
+debounce: {key: "inputs.customer + ':sync'", window_seconds: 30}
+steps:
+  - {id: a, tool: noop}
+"#,
+    )
+    .expect("good flow control");
+    assert_eq!(good.workflow.priority, Some(-10));
+    let concurrency = good.workflow.concurrency.expect("concurrency");
+    assert_eq!(
+        (concurrency.limit, concurrency.per_key),
+        (Some(10), Some(2))
+    );
+    assert_eq!(good.workflow.debounce.expect("debounce").window_seconds, 30);
+}

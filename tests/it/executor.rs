@@ -884,6 +884,7 @@ pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
         due_at: None,
         version: 1,
         finished: false,
+        waiting: None,
     };
     let now = Utc::now();
     due_run("r-1", now).await;
@@ -1349,6 +1350,7 @@ pub async fn a_stale_holder_is_fenced(backend: Backend) {
         due_at: None,
         version: 1,
         finished: true,
+        waiting: None,
     };
     tx.release_runs("worker-a", std::slice::from_ref(&stale_release), later)
         .await
@@ -1377,6 +1379,7 @@ pub async fn a_stale_holder_is_fenced(backend: Backend) {
         &[Release {
             epoch: 2,
             finished: false,
+            waiting: None,
             due_at: Some(later),
             ..stale_release.clone()
         }],
@@ -1579,6 +1582,7 @@ steps:
             due_at: Some(Utc::now()),
             version,
             finished: false,
+            waiting: None,
         }],
         Utc::now(),
     )

@@ -23,6 +23,7 @@ mod dashboard;
 mod examples;
 mod executor;
 mod faults;
+mod flow;
 mod golden;
 mod mcp;
 mod observability;

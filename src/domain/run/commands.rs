@@ -10,7 +10,9 @@ use serde_json::Value;
 
 use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 
-use super::types::{DerivedKind, ErrorClass, ParentRef, RecoveryAction, RunOrigin, StepError};
+use super::types::{
+    DerivedKind, ErrorClass, Flow, ParentRef, RecoveryAction, RunOrigin, StepError,
+};
 
 /// A request to change one run.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,8 +27,18 @@ pub enum RunCommand {
         timeout_at: Option<DateTime<Utc>>,
         parent: Option<ParentRef>,
         origin: Option<RunOrigin>,
+        flow: Flow,
         at: DateTime<Utc>,
     },
+    /// Record that a queued run waits for a slot of `scope` (nothing when it already
+    /// waits on that scope).
+    Queue {
+        scope: String,
+        limit: u32,
+        at: DateTime<Utc>,
+    },
+    /// Let a queued run start its steps: it took every slot it needs.
+    Admit { at: DateTime<Utc> },
     /// Keep a step of the origin run as it ended there (a rerun's or fork's first
     /// events, before any step of its own).
     CarryStep {
@@ -192,6 +204,8 @@ impl RunCommand {
             Self::Resume { .. } => RunAction::Resume,
             Self::Cancel { .. } => RunAction::Cancel,
             Self::Continue { .. } => RunAction::Continue,
+            Self::Queue { .. } => RunAction::Queue,
+            Self::Admit { .. } => RunAction::Admit,
         }
     }
 }
@@ -222,6 +236,8 @@ pub enum RunAction {
     CarryStep,
     NoteDerived,
     Continue,
+    Queue,
+    Admit,
 }
 
 impl RunAction {
@@ -249,6 +265,8 @@ impl RunAction {
             Self::NoteDerived => "note a run derived from",
             Self::Cancel => "cancel",
             Self::Continue => "continue",
+            Self::Queue => "queue",
+            Self::Admit => "admit",
         }
     }
 }
@@ -279,6 +297,8 @@ impl fmt::Display for RunAction {
             Self::NoteDerived => "note a derived run",
             Self::Cancel => "cancel",
             Self::Continue => "continue the run as new",
+            Self::Queue => "queue the run",
+            Self::Admit => "admit the run",
         })
     }
 }

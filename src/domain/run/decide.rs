@@ -19,9 +19,10 @@ use super::{
 /// Where steps and gates move.
 const ACTIVE: &[RunStatus] = &[Running, Waiting, Paused];
 /// Where a run can still be stopped.
-const STOPPABLE: &[RunStatus] = &[Running, Waiting, Paused, Compensating];
-/// Where a run can be paused: on its way, not already paused, not compensating.
-const PAUSABLE: &[RunStatus] = &[Running, Waiting];
+const STOPPABLE: &[RunStatus] = &[Queued, Running, Waiting, Paused, Compensating];
+/// Where a run can be paused: on its way or queued, not already paused, not
+/// compensating.
+const PAUSABLE: &[RunStatus] = &[Queued, Running, Waiting];
 
 impl Decide for Run {
     fn decide(&self, command: RunCommand) -> Result<Vec<RunEvent>, RunError> {
@@ -37,6 +38,7 @@ impl Decide for Run {
                     timeout_at,
                     parent,
                     origin,
+                    flow,
                     at,
                 } => {
                     let check = Check {
@@ -50,6 +52,9 @@ impl Decide for Run {
                         check.amount("budget_usd", budget)?;
                     }
                     check.after("timeout_at", timeout_at, at)?;
+                    for slot in &flow.slots {
+                        check.not_empty("flow slot scope", &slot.scope)?;
+                    }
                     Ok(vec![RunEvent::Started {
                         run_id,
                         workflow,
@@ -59,6 +64,7 @@ impl Decide for Run {
                         timeout_at,
                         parent,
                         origin,
+                        flow,
                         at,
                     }])
                 }
@@ -582,6 +588,20 @@ impl Decide for Run {
 
             // A finished run's history does not grow: only a run that still moves
             // continues as new.
+            RunCommand::Queue { scope, limit, at } => {
+                check.status_in(&[Queued])?;
+                check.not_empty("scope", &scope)?;
+                if self.queued.as_ref().is_some_and(|q| q.scope == scope) {
+                    return Ok(Vec::new());
+                }
+                Ok(vec![RunEvent::Queued { scope, limit, at }])
+            }
+
+            RunCommand::Admit { at } => {
+                check.status_in(&[Queued])?;
+                Ok(vec![RunEvent::Admitted { at }])
+            }
+
             RunCommand::Continue { at } => {
                 check.status_in(STOPPABLE)?;
                 Ok(vec![RunEvent::Continued {

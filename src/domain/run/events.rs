@@ -12,7 +12,9 @@ use serde_json::Value;
 
 use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 
-use super::types::{DerivedKind, ErrorClass, ParentRef, RecoveryAction, RunOrigin, StepError};
+use super::types::{
+    DerivedKind, ErrorClass, Flow, ParentRef, RecoveryAction, RunOrigin, StepError,
+};
 
 /// Something that happened in one workflow run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,8 +33,23 @@ pub enum RunEvent {
         /// The run this one reruns or forks, and the step it starts again at.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         origin: Option<RunOrigin>,
+        /// Its priority and the concurrency slots it must hold before any step
+        /// (absent: priority 0, no limit).
+        #[serde(default, skip_serializing_if = "Flow::is_default")]
+        flow: Flow,
         at: DateTime<Utc>,
     },
+    /// The run could not take a slot of `scope` (all `limit` are held): it waits
+    /// for one. Recorded when it starts waiting on a scope, not at every retry.
+    #[serde(rename = "run.queued")]
+    Queued {
+        scope: String,
+        limit: u32,
+        at: DateTime<Utc>,
+    },
+    /// The run holds every concurrency slot it needs: its steps may start.
+    #[serde(rename = "run.admitted")]
+    Admitted { at: DateTime<Utc> },
     /// A step of the origin run kept as it ended there (a rerun or fork starts after
     /// it): its output (`None`: it was skipped). It is not performed again.
     #[serde(rename = "run.step_carried")]
@@ -253,6 +270,8 @@ impl RunEvent {
             | Self::CostCharged { .. }
             | Self::BudgetExceeded { .. }
             | Self::Resumed { .. }
+            | Self::Queued { .. }
+            | Self::Admitted { .. }
             | Self::Derived { .. }
             | Self::Continued { .. } => Vec::new(),
         }
@@ -281,6 +300,8 @@ impl RunEvent {
             | Self::Failed { at, .. }
             | Self::Paused { at, .. }
             | Self::Resumed { at, .. }
+            | Self::Queued { at, .. }
+            | Self::Admitted { at }
             | Self::StepCarried { at, .. }
             | Self::Derived { at, .. }
             | Self::Continued { at, .. }
@@ -314,6 +335,8 @@ impl DomainEvent for RunEvent {
             Self::Derived { .. } => "run.derived",
             Self::Paused { .. } => "run.paused",
             Self::Resumed { .. } => "run.resumed",
+            Self::Queued { .. } => "run.queued",
+            Self::Admitted { .. } => "run.admitted",
             Self::Cancelled { .. } => "run.cancelled",
             Self::Continued { .. } => crate::log::CONTINUED_EVENT_TYPE,
         }

@@ -36,11 +36,12 @@ pub use commands::{RunAction, RunCommand};
 pub use error::RunError;
 pub use events::{Payload, RunEvent};
 pub use state::{
-    Attempt, AttemptOutcome, Compensation, CompensationRan, Gate, GateDecision, Pause, RunOutcome,
-    RunStatus, StepPhase, StepSituation, StepState,
+    Attempt, AttemptOutcome, Compensation, CompensationRan, Gate, GateDecision, Pause, QueuedOn,
+    RunOutcome, RunStatus, StepPhase, StepSituation, StepState,
 };
 pub use types::{
-    DerivedKind, ErrorClass, ParentRef, RecoveryAction, RunOrigin, StepError, UnknownErrorClass,
+    DerivedKind, ErrorClass, Flow, FlowSlot, ParentRef, RecoveryAction, RunOrigin, StepError,
+    UnknownErrorClass,
 };
 
 /// A rerun or fork made from a run.
@@ -89,6 +90,15 @@ pub struct Run {
     /// Set while someone has the run paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     paused: Option<Pause>,
+    /// Its priority and the concurrency slots it needs before its first step.
+    #[serde(default, skip_serializing_if = "Flow::is_default")]
+    flow: Flow,
+    /// When it took its slots (runs without slots never wait for one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    admitted_at: Option<DateTime<Utc>>,
+    /// The slot it waits for, while queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queued: Option<QueuedOn>,
     outcome: Option<RunOutcome>,
     started_at: Option<DateTime<Utc>>,
     updated_at: Option<DateTime<Utc>>,
@@ -133,6 +143,55 @@ impl Run {
     /// Reruns and forks made from this run, oldest first.
     pub fn derived(&self) -> &[DerivedRun] {
         &self.derived
+    }
+
+    /// Its priority and the concurrency slots it needs.
+    pub fn flow(&self) -> &Flow {
+        &self.flow
+    }
+
+    /// Started with concurrency slots to take and not admitted yet (nor finished):
+    /// no step may start. A paused run is not admitted until it is resumed.
+    pub fn awaiting_admission(&self) -> bool {
+        self.status == Some(RunStatus::Queued)
+    }
+
+    /// The slot a queued run last found full, and since when it waits.
+    pub fn queued_on(&self) -> Option<&QueuedOn> {
+        self.queued.as_ref()
+    }
+
+    /// When the run took its concurrency slots.
+    pub fn admitted_at(&self) -> Option<DateTime<Utc>> {
+        self.admitted_at
+    }
+
+    /// Why a run on its way does not move, in words (none when nothing holds it):
+    /// paused, or queued for a concurrency slot.
+    pub fn waiting_reason(&self) -> Option<String> {
+        if let Some(pause) = &self.paused {
+            return Some(format!("paused by {}: {}", pause.by, pause.reason));
+        }
+        if !self.awaiting_admission() {
+            return None;
+        }
+        Some(match &self.queued {
+            Some(q) => format!(
+                "queued: all {} slots of {} are held (waiting since {})",
+                q.limit,
+                q.scope,
+                q.since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            None => format!(
+                "queued: waiting for a worker to take its slots ({})",
+                self.flow
+                    .slots
+                    .iter()
+                    .map(|s| format!("{} of {}", s.scope, s.limit))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
     }
 
     /// Who paused the run, while it is paused: no step starts.
@@ -321,6 +380,11 @@ impl Run {
     fn settle(&mut self) {
         if self.status.is_some_and(RunStatus::is_active) && self.paused.is_some() {
             self.status = Some(RunStatus::Paused);
+        } else if self.status.is_some_and(RunStatus::is_active)
+            && !self.flow.slots.is_empty()
+            && self.admitted_at.is_none()
+        {
+            self.status = Some(RunStatus::Queued);
         } else if self.status.is_some_and(RunStatus::is_active) {
             // A step waiting at its own open gate (a `gate` step) is waiting, not
             // running.
@@ -348,6 +412,7 @@ impl Run {
     fn end(&mut self, outcome: RunOutcome) {
         self.status = Some(outcome.status());
         self.paused = None;
+        self.queued = None;
         self.outcome = Some(outcome);
         self.finalize_failures();
     }
@@ -374,11 +439,13 @@ impl Run {
                 timeout_at,
                 parent,
                 origin,
+                flow,
                 at,
             } => {
                 *self = Run {
                     run_id: Some(run_id),
                     origin,
+                    flow,
                     status: Some(RunStatus::Running),
                     workflow: Some(workflow),
                     workflow_version,
@@ -660,6 +727,17 @@ impl Run {
             }
             RunEvent::Resumed { .. } => {
                 self.paused = None;
+            }
+            RunEvent::Queued { scope, limit, at } => {
+                self.queued = Some(QueuedOn {
+                    scope,
+                    limit,
+                    since: self.queued.as_ref().map_or(at, |q| q.since),
+                });
+            }
+            RunEvent::Admitted { at } => {
+                self.admitted_at = Some(at);
+                self.queued = None;
             }
             RunEvent::Cancelled { by, reason, at } => {
                 self.end(RunOutcome::Cancelled { by, reason, at });

@@ -16,6 +16,9 @@ use super::types::{ErrorClass, RecoveryAction, StepError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum RunStatus {
+    /// Started, waiting for a concurrency slot: no step starts until it holds every
+    /// slot it needs.
+    Queued,
     /// Steps are scheduled or running.
     Running,
     /// Someone paused it: no step starts until it is resumed.
@@ -30,7 +33,8 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 7] = [
+    pub const ALL: [RunStatus; 8] = [
+        Self::Queued,
         Self::Running,
         Self::Paused,
         Self::Waiting,
@@ -45,15 +49,19 @@ impl RunStatus {
         matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
     }
 
-    /// RUNNING, WAITING or PAUSED: steps and gates move (a paused run's steps in
-    /// flight still finish).
+    /// QUEUED, RUNNING, WAITING or PAUSED: the run is on its way (a paused run's
+    /// steps in flight still finish; a queued run's start when it gets its slots).
     pub fn is_active(self) -> bool {
-        matches!(self, Self::Running | Self::Waiting | Self::Paused)
+        matches!(
+            self,
+            Self::Queued | Self::Running | Self::Waiting | Self::Paused
+        )
     }
 
     /// The name used on the wire and in messages (`COMPENSATING`).
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Queued => "QUEUED",
             Self::Running => "RUNNING",
             Self::Paused => "PAUSED",
             Self::Waiting => "WAITING",
@@ -339,6 +347,14 @@ pub struct CompensationRan {
     pub succeeded: bool,
     pub error: Option<String>,
     pub at: DateTime<Utc>,
+}
+
+/// The concurrency slot a queued run waits for, and since when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedOn {
+    pub scope: String,
+    pub limit: u32,
+    pub since: DateTime<Utc>,
 }
 
 /// Who paused a run, why and when.

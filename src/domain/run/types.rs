@@ -173,3 +173,33 @@ pub struct ParentRef {
     pub run_id: RunId,
     pub step_id: StepId,
 }
+
+/// One concurrency slot a run must hold before its first step: at most `limit` runs
+/// hold a slot of `scope` at once (`workflow:NAME` for the whole workflow,
+/// `workflow:NAME:key:VALUE` for one value of its key expression).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FlowSlot {
+    pub scope: String,
+    pub limit: u32,
+}
+
+/// How a run is scheduled among others: its priority (higher first, among runs due
+/// at the same time and for a free slot) and the concurrency slots it needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flow {
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slots: Vec<FlowSlot>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+impl Flow {
+    /// No priority and no slots: what a run started before flow control has.
+    pub fn is_default(&self) -> bool {
+        self == &Flow::default()
+    }
+}

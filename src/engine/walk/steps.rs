@@ -28,8 +28,11 @@ impl<'a> Walker<'a> {
         for _ in 0..MAX_MOVES_PER_STEP {
             let state = self.state.step(&id).cloned();
             let moved = match state {
-                // Paused: nothing new is scheduled or started (steps in flight go on).
-                None | Some(StepState::Scheduled { .. }) if self.state.paused().is_some() => {
+                // Paused, or queued for a concurrency slot: nothing new is scheduled or
+                // started (steps in flight go on).
+                None | Some(StepState::Scheduled { .. })
+                    if self.state.paused().is_some() || self.state.awaiting_admission() =>
+                {
                     return Ok(Progress::Blocked);
                 }
                 None => {

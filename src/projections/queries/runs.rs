@@ -29,6 +29,9 @@ pub struct RunRow {
     pub error: Option<String>,
     pub error_class: Option<String>,
     pub updated_at: Option<DateTime<Utc>>,
+    /// Why a run on its way waits: paused, or queued for a concurrency slot.
+    #[serde(default)]
+    pub waiting: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -116,7 +119,7 @@ impl RunFilter {
 }
 
 const RUN_COLUMNS: &str = "run_id, workflow, workflow_version, status, current_step, parent_run_id, started_at, \
-    finished_at, duration_ms, cost_usd, tokens, error, error_class, updated_at";
+    finished_at, duration_ms, cost_usd, tokens, error, error_class, updated_at, waiting";
 
 /// Runs, newest first.
 pub async fn runs(store: &EventStore, f: &RunFilter) -> Result<Page<RunRow>, QueryError> {

@@ -112,7 +112,7 @@ async function loadRuns() {
       <td><code>${esc(r.run_id.slice(0, 8))}</code></td>
       <td>${esc(r.workflow)} <span class="meta">${esc(r.workflow_version)}</span></td>
       <td>${status(r.status)}</td>
-      <td>${esc(r.current_step || "")}</td>
+      <td>${r.waiting ? `<span class="waiting" title="${esc(r.waiting)}">${esc(r.waiting)}</span>` : esc(r.current_step || "")}</td>
       <td title="${esc(when(r.started_at))}">${ago(r.started_at)} ago</td>
       <td>${ms(r.duration_ms)}</td>
       <td>${r.cost_usd ? "$" + r.cost_usd.toFixed(4) : ""}</td>
@@ -135,7 +135,8 @@ async function loadRuns() {
 async function loadTimeline() {
   const t = await api(`/api/v1/views/runs/${encodeURIComponent(openRun)}/timeline`);
   $("timeline").hidden = false;
-  $("timeline-title").innerHTML = `${esc(t.run.workflow)} <code>${esc(t.run.run_id)}</code> ${status(t.run.status)}`;
+  $("timeline-title").innerHTML = `${esc(t.run.workflow)} <code>${esc(t.run.run_id)}</code> ${status(t.run.status)}`
+    + (t.run.waiting ? ` <span class="waiting">${esc(t.run.waiting)}</span>` : "");
   drawTimeline(t);
   // The run as the log folds it: where it came from, what was made from it, what it kept.
   const live = await api(`/api/v1/runs/${encodeURIComponent(openRun)}`).catch(() => null);
@@ -166,7 +167,7 @@ async function loadTimeline() {
       catch (e) { showActionError(`not JSON: ${e.message}`); }
     });
   }
-  const active = ["RUNNING", "WAITING"].includes(t.run.status);
+  const active = ["QUEUED", "RUNNING", "WAITING"].includes(t.run.status);
   $("run-pause").hidden = !active;
   $("run-resume").hidden = t.run.status !== "PAUSED";
   $("run-cancel").hidden = finished;

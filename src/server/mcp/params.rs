@@ -146,6 +146,9 @@ pub struct StartRunParams {
     /// Calling again with the same key returns the run the first call started.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// The run's priority, -1000 to 1000 (default: the workflow's, else 0).
+    #[serde(default)]
+    pub priority: Option<i32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

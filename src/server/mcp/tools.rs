@@ -318,6 +318,7 @@ impl AwlMcp {
         let request = StartRun {
             workflow: p.workflow,
             inputs: p.inputs,
+            priority: p.priority,
         };
         let started = self
             .app

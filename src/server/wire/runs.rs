@@ -19,6 +19,10 @@ pub struct StartRunRequest {
     pub workflow: String,
     #[serde(default)]
     pub inputs: Map<String, Value>,
+    /// The run's priority, -1000 to 1000 (default: the workflow's, else 0): higher
+    /// runs are claimed first, and take a free concurrency slot first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
 }
 
 impl From<StartRunRequest> for StartRun {
@@ -26,6 +30,7 @@ impl From<StartRunRequest> for StartRun {
         StartRun {
             workflow: r.workflow,
             inputs: r.inputs,
+            priority: r.priority,
         }
     }
 }

@@ -14,7 +14,7 @@ pub(super) use crate::domain::testing::{case, check, fold, t, then};
 
 impl Stream for RunEvent {
     type Of = Run;
-    const VARIANTS: usize = 24;
+    const VARIANTS: usize = 26;
 
     fn variant(&self) -> usize {
         match self {
@@ -42,6 +42,8 @@ impl Stream for RunEvent {
             RunEvent::StepCarried { .. } => 21,
             RunEvent::Derived { .. } => 22,
             RunEvent::Continued { .. } => 23,
+            RunEvent::Queued { .. } => 24,
+            RunEvent::Admitted { .. } => 25,
         }
     }
 
@@ -154,8 +156,66 @@ pub(super) fn started_with(
         timeout_at,
         parent,
         origin: None,
+        flow: Flow::default(),
         at,
     }
+}
+/// The concurrency scope the queued fixtures wait on.
+pub(super) const SCOPE: &str = "workflow:deploy";
+/// The flow of a run that needs a slot of `SCOPE` (limit 2) and of its key's scope.
+pub(super) fn limited() -> Flow {
+    Flow {
+        priority: 5,
+        slots: vec![
+            FlowSlot {
+                scope: SCOPE.into(),
+                limit: 2,
+            },
+            FlowSlot {
+                scope: format!("{SCOPE}:key:acme"),
+                limit: 1,
+            },
+        ],
+    }
+}
+/// `started(at)` with the slots of `limited()` to take: QUEUED.
+pub(super) fn started_queued(at: DateTime<Utc>) -> RunEvent {
+    match started(at) {
+        RunEvent::Started {
+            run_id,
+            workflow,
+            workflow_version,
+            inputs,
+            budget_usd,
+            timeout_at,
+            parent,
+            origin,
+            at,
+            ..
+        } => RunEvent::Started {
+            run_id,
+            workflow,
+            workflow_version,
+            inputs,
+            budget_usd,
+            timeout_at,
+            parent,
+            origin,
+            flow: limited(),
+            at,
+        },
+        other => other,
+    }
+}
+pub(super) fn queued(scope: &str, at: DateTime<Utc>) -> RunEvent {
+    RunEvent::Queued {
+        scope: scope.into(),
+        limit: 2,
+        at,
+    }
+}
+pub(super) fn admitted(at: DateTime<Utc>) -> RunEvent {
+    RunEvent::Admitted { at }
 }
 pub(super) fn step_scheduled(
     step_id: StepId,
@@ -428,8 +488,21 @@ pub(super) fn start_with(
         timeout_at,
         parent,
         origin: None,
+        flow: Flow::default(),
         at,
     }
+}
+/// Yields `queued(scope, at)`.
+pub(super) fn queue(scope: &str, at: DateTime<Utc>) -> RunCommand {
+    RunCommand::Queue {
+        scope: scope.into(),
+        limit: 2,
+        at,
+    }
+}
+/// Yields `admitted(at)`.
+pub(super) fn admit(at: DateTime<Utc>) -> RunCommand {
+    RunCommand::Admit { at }
 }
 pub(super) fn schedule(step_id: StepId, due_at: DateTime<Utc>, at: DateTime<Utc>) -> RunCommand {
     RunCommand::ScheduleStep {
@@ -690,6 +763,7 @@ pub(super) fn running() -> Vec<RunEvent> {
 /// - CANCELLED: `running()` cancelled by alice at t(20).
 pub(super) fn path(status: RunStatus) -> Vec<RunEvent> {
     match status {
+        Queued => vec![started_queued(t(0)), queued(SCOPE, t(1))],
         Running => running(),
         Paused => then(running(), [paused("ops", t(20))]),
         Waiting => waiting(),

@@ -36,16 +36,18 @@ fn action_index(action: RunAction) -> usize {
         RunAction::CarryStep => 20,
         RunAction::NoteDerived => 21,
         RunAction::Continue => 22,
+        RunAction::Queue => 23,
+        RunAction::Admit => 24,
     }
 }
-const ACTIONS: usize = 23;
+const ACTIONS: usize = 25;
 
 // ---- every command in every run status --------------------------------------------------
 
 /// Where steps and gates move.
 const ACTIVE: &[RunStatus] = &[Running, Waiting, Paused];
 /// Where a run can still be stopped.
-const STOPPABLE: &[RunStatus] = &[Running, Waiting, Paused, Compensating];
+const STOPPABLE: &[RunStatus] = &[Queued, Running, Waiting, Paused, Compensating];
 
 /// One command, the statuses it is allowed in, what it emits there, and the statuses
 /// among those where the path (see `fixtures::path`) refuses it for a reason of its
@@ -242,7 +244,7 @@ fn status_rows() -> Vec<StatusRow> {
         status_row(
             "pause",
             pause("ops", now),
-            &[Running, Waiting],
+            &[Queued, Running, Waiting],
             vec![paused("ops", now)],
         ),
         status_row(
@@ -279,6 +281,13 @@ fn status_rows() -> Vec<StatusRow> {
             &RunStatus::ALL,
             vec![derived("ops", now)],
         ),
+        status_row(
+            "queue",
+            queue(&format!("{SCOPE}:key:acme"), now),
+            &[Queued],
+            vec![queued(&format!("{SCOPE}:key:acme"), now)],
+        ),
+        status_row("admit", admit(now), &[Queued], vec![admitted(now)]),
         // What it emits is the state of each path: see `expected_in_status`.
         status_row(
             "continue as new",
@@ -347,8 +356,8 @@ fn every_command_in_every_run_status() {
             cases.push((name, given, row.when, then));
         }
     }
-    // 24 rows x (7 statuses + no run).
-    assert_eq!(check(cases), 24 * 8);
+    // 26 rows x (8 statuses + no run).
+    assert_eq!(check(cases), 26 * 9);
 }
 
 #[test]

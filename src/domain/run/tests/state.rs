@@ -648,7 +648,7 @@ fn status_helpers() {
         .into_iter()
         .filter(|s| s.is_active())
         .collect();
-    assert_eq!(active, [Running, Paused, Waiting]);
+    assert_eq!(active, [Queued, Running, Paused, Waiting]);
     assert!(!Compensating.is_terminal() && !Compensating.is_active());
     for status in RunStatus::ALL {
         assert_eq!(status.to_string(), status.as_str());

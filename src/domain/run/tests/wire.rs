@@ -73,6 +73,9 @@ fn every_event() -> Vec<RunEvent> {
             at: t(22),
             workflow: true,
         },
+        started_queued(t(23)),
+        queued(SCOPE, t(23)),
+        admitted(t(24)),
     ]
 }
 
@@ -108,6 +111,8 @@ fn the_event_types_are_the_documented_names() {
         step_carried(build(), t(0)),
         derived("ops", t(0)),
         continued(RunStatus::Running, t(0)),
+        queued(SCOPE, t(0)),
+        admitted(t(0)),
     ]
     .iter()
     .map(DomainEvent::event_type)
@@ -139,6 +144,8 @@ fn the_event_types_are_the_documented_names() {
             "run.step_carried",
             "run.derived",
             "run.continued",
+            "run.queued",
+            "run.admitted",
         ]
     );
 }

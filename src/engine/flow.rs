@@ -1,0 +1,75 @@
+//! A run's flow control, decided when it starts: its priority and the concurrency
+//! slots it must take (the workflow's `concurrency`, its key evaluated over the
+//! inputs), and the key a debounced start is known by. Pure: the same definition and
+//! inputs give the same slots on every server.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::domain::run::{Flow, FlowSlot};
+use crate::expr::{Expression, Scope};
+use crate::workflow::flow::MAX_PRIORITY;
+use crate::workflow::model::Workflow;
+
+/// Key values longer than this are named by their SHA-256 in scope names.
+const MAX_KEY_TEXT: usize = 128;
+
+/// The scope of the slots a whole workflow's runs share.
+pub fn workflow_scope(workflow: &str) -> String {
+    format!("workflow:{workflow}")
+}
+
+/// The flow a run of `definition` with `inputs` starts under (`priority` given by the
+/// start, else the workflow's). Slots come in the order they are taken: the
+/// workflow's, then its key's (a scope sorts before its keys' scopes).
+pub fn flow(
+    definition: &Workflow,
+    inputs: &Map<String, Value>,
+    priority: Option<i32>,
+) -> Result<Flow, String> {
+    let priority = priority.or(definition.priority).unwrap_or(0);
+    if priority.abs() > MAX_PRIORITY {
+        return Err(format!(
+            "priority {priority} is out of range (-{MAX_PRIORITY} to {MAX_PRIORITY})"
+        ));
+    }
+    let mut slots = Vec::new();
+    if let Some(spec) = &definition.concurrency {
+        let scope = workflow_scope(&definition.name);
+        if let Some(limit) = spec.limit {
+            slots.push(FlowSlot {
+                scope: scope.clone(),
+                limit,
+            });
+        }
+        if let (Some(key), Some(per_key)) = (&spec.key, spec.per_key) {
+            let value = key_value(key, inputs).map_err(|e| format!("concurrency key: {e}"))?;
+            slots.push(FlowSlot {
+                scope: format!("{scope}:key:{value}"),
+                limit: per_key,
+            });
+        }
+    }
+    Ok(Flow { priority, slots })
+}
+
+/// The text of `source` evaluated over `inputs`: a string as it is, anything else as
+/// JSON; a long value by its SHA-256.
+pub fn key_value(source: &str, inputs: &Map<String, Value>) -> Result<String, String> {
+    let scope = Scope {
+        inputs: inputs.clone(),
+        ..Scope::default()
+    };
+    let value = Expression::parse(source)
+        .map_err(|e| format!("`{source}`: {e}"))?
+        .evaluate(&scope)
+        .map_err(|e| format!("`{source}`: {e}"))?;
+    let text = match value {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    if text.len() > MAX_KEY_TEXT {
+        return Ok(format!("sha256:{:x}", Sha256::digest(text.as_bytes())));
+    }
+    Ok(text)
+}
