@@ -15,6 +15,9 @@ pub enum ErrorKind {
     Invalid,
     /// The caller may not do this (HTTP 403).
     Forbidden,
+    /// The request does not prove who sent it: a missing, forged or stale
+    /// signature (HTTP 401).
+    Unauthenticated,
     /// Not allowed in the current state; nothing was recorded (HTTP 409).
     Conflict,
     /// Not now: other writers kept winning, or the service is stopping; try again

@@ -44,6 +44,7 @@ pub mod engine;
 pub mod error;
 pub mod executor;
 pub mod expr;
+pub mod hooks;
 pub mod log;
 pub mod page;
 pub mod projections;

@@ -23,6 +23,7 @@
 
 pub mod agent;
 pub mod bulk;
+pub mod debounce;
 pub mod ids;
 pub mod run;
 pub mod schedule;

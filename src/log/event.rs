@@ -20,16 +20,19 @@ pub enum StreamType {
     Bulk,
     /// A schedule: the times it fired and skipped.
     Schedule,
+    /// The starts of a workflow with one value of its debounce key.
+    Debounce,
 }
 
 impl StreamType {
-    pub const ALL: [StreamType; 6] = [
+    pub const ALL: [StreamType; 7] = [
         Self::Workflow,
         Self::Run,
         Self::Task,
         Self::Agent,
         Self::Bulk,
         Self::Schedule,
+        Self::Debounce,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -40,6 +43,7 @@ impl StreamType {
             Self::Agent => "agent",
             Self::Bulk => "bulk",
             Self::Schedule => "schedule",
+            Self::Debounce => "debounce",
         }
     }
 }

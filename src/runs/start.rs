@@ -14,11 +14,13 @@ use uuid::Uuid;
 
 use crate::definitions::{self, Registered};
 use crate::domain::Decide;
+use crate::domain::debounce::{self, Debounce, DebounceCommand, DebounceError};
 use crate::domain::ids::{IdempotencyKey, RunId};
 use crate::domain::run::{Run, RunCommand, RunError, RunEvent, RunOrigin};
 use crate::engine;
-use crate::log::Metadata;
-use crate::store::command::Command;
+use crate::log::{Metadata, StreamRef, StreamType};
+use crate::store::command::{Command, CommandError};
+use crate::store::domain_io;
 use crate::telemetry;
 use crate::workflow::{self, inputs};
 use cqrs_es::Aggregate;
@@ -94,8 +96,113 @@ impl Runs {
             priority,
             ..StartOptions::default()
         };
+        if registered.workflow.debounce.is_some() {
+            return match self.debounced(&registered, &inputs, run_id, by).await? {
+                Some(owner) => self.join(&registered, inputs, owner, by, options).await,
+                // This start owns the key, but a joiner may have started its run
+                // first (it saw the key before the run).
+                None => {
+                    self.start_or_join(&registered, inputs, run_id, by, options)
+                        .await
+                }
+            };
+        }
         self.start_registered(&registered, inputs, run_id, by, key, options)
             .await
+    }
+
+    /// For a workflow that debounces its starts: the run an earlier start with the
+    /// same key owns (this start joins it), or none (this start now owns the key
+    /// for the window, recorded on the key's stream before the run starts).
+    async fn debounced(
+        &self,
+        registered: &Registered,
+        inputs: &Map<String, Value>,
+        run_id: RunId,
+        by: &str,
+    ) -> Result<Option<RunId>, RunsError> {
+        let Some(spec) = &registered.workflow.debounce else {
+            return Ok(None);
+        };
+        let value = engine::flow::key_value(&spec.key, inputs)
+            .map_err(|e| RunsError::Invalid(format!("debounce key: {e}")))?;
+        let stream = StreamRef::new(
+            StreamType::Debounce,
+            debounce::stream_id(&registered.name, &value),
+        );
+        let now = self.now();
+        let result = Command::new(&self.store, &stream, Metadata::actor(by))
+            .run(|key: &Debounce| {
+                key.decide(DebounceCommand::Start {
+                    run_id,
+                    window_seconds: spec.window_seconds,
+                    by: by.to_string(),
+                    at: now,
+                })
+            })
+            .await;
+        match result {
+            Ok(_) => Ok(None),
+            Err(CommandError::Rejected(DebounceError::Joins { run_id, .. })) => Ok(Some(run_id)),
+            Err(CommandError::Rejected(e)) => Err(RunsError::Invalid(e.to_string())),
+            Err(CommandError::Store(e)) => Err(e.into()),
+            Err(CommandError::Busy(stream)) => Err(RunsError::Busy(stream)),
+        }
+    }
+
+    /// Join the run `owner` of a debounced key: the answer is that run (created
+    /// false); if the start that owns the key died before starting it, it is
+    /// started now, with these inputs.
+    async fn join(
+        &self,
+        registered: &Registered,
+        inputs: Map<String, Value>,
+        owner: RunId,
+        by: &str,
+        options: StartOptions,
+    ) -> Result<Started, RunsError> {
+        let joined = |run: &Run| Started {
+            run_id: owner,
+            workflow: registered.name.clone(),
+            version: run.workflow_version().to_string(),
+            created: false,
+        };
+        let (run, _) = domain_io::fold::<Run>(&self.store.read_current(&run_stream(owner)).await?)?;
+        if run.status().is_some() {
+            return Ok(joined(&run));
+        }
+        self.start_or_join(registered, inputs, owner, by, options)
+            .await
+    }
+
+    /// Start `owner`; if someone started it meanwhile, the answer is that run.
+    async fn start_or_join(
+        &self,
+        registered: &Registered,
+        inputs: Map<String, Value>,
+        owner: RunId,
+        by: &str,
+        options: StartOptions,
+    ) -> Result<Started, RunsError> {
+        let joined = |run: &Run| Started {
+            run_id: owner,
+            workflow: registered.name.clone(),
+            version: run.workflow_version().to_string(),
+            created: false,
+        };
+        match self
+            .start_registered(registered, inputs, owner, by, None, options)
+            .await
+        {
+            Ok(started) => Ok(started),
+            // Another joiner started it first.
+            Err(RunsError::Run(RunError::AlreadyStarted { .. })) => {
+                let (run, _) =
+                    domain_io::fold::<Run>(&self.store.read_current(&run_stream(owner)).await?)?;
+                Ok(joined(&run))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Start a run as `run_id`, an id the caller derived so that starting it again

@@ -75,6 +75,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
         ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -62,6 +62,7 @@ pub struct AppState {
     pub runs: Runs,
     pub bulk: crate::bulk::BulkActions,
     pub schedules: crate::schedules::Schedules,
+    pub hooks: crate::hooks::Hooks,
     pub auth_on: bool,
     /// The OpenAPI document of the route table.
     pub openapi: Arc<serde_json::Value>,
@@ -96,6 +97,8 @@ pub struct ServeConfig {
     pub retention: Option<crate::runs::Retention>,
     /// Fire the schedules in this process (every server may: each time fires once).
     pub scheduler: bool,
+    /// Where webhook secrets come from (the process environment by default).
+    pub hook_secrets: crate::hooks::SecretSource,
 }
 
 impl ServeConfig {
@@ -113,6 +116,7 @@ impl ServeConfig {
             allowed_origins: origin::AllowedOrigins::default(),
             retention: None,
             scheduler: true,
+            hook_secrets: crate::hooks::environment(),
         }
     }
 }
@@ -208,6 +212,7 @@ pub async fn start(
         runs: Runs::new(store.clone(), clock.clone()),
         bulk: crate::bulk::BulkActions::new(store.clone(), clock.clone()),
         schedules: crate::schedules::Schedules::new(store.clone(), clock.clone()),
+        hooks: crate::hooks::Hooks::new(store.clone(), clock.clone(), config.hook_secrets.clone()),
         auth_on,
         openapi: Arc::new(openapi::document(&routes())),
         ready_max_lag: config.ready_max_lag,

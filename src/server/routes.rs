@@ -16,7 +16,7 @@ use crate::projections::queries::*;
 use super::AppState;
 use super::dashboard;
 use super::rest::meta::{Health, Readiness};
-use super::rest::{agents, live, meta, runs, schedules, tasks, tokens, views};
+use super::rest::{agents, hooks, live, meta, runs, schedules, tasks, tokens, views};
 use super::wire::*;
 
 type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
@@ -122,6 +122,8 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(POST "/api/v1/workflows/{name}/pause", Operate, "runs", "Pause a whole workflow: its active runs start no new step (steps in flight finish) and new runs start paused, until it is resumed. The bulk action over its runs is carried out in the background.", runs::pause_workflow, req: Some(s::<RunActionRequest>), res: Some(s::<WorkflowControlView>), 202),
         route!(POST "/api/v1/workflows/{name}/resume", Operate, "runs", "Resume a paused workflow: the runs its pause held go on (runs paused one by one stay paused).", runs::resume_workflow, req: Some(s::<RunActionRequest>), res: Some(s::<WorkflowControlView>), 202),
         route!(POST "/api/v1/archive", Admin, "runs", "Move runs that finished more than older_than_seconds ago out of the hot log into the archive table (their views, status and history stay readable); dry_run counts them.", runs::archive, req: Some(s::<ArchiveRequest>), res: Some(s::<ArchiveView>), 200),
+        // webhooks
+        route!(POST "/api/v1/hooks/{name}", Public, "hooks", "A webhook delivery: starts the run of the workflow declaring hook NAME. No token: the Standard Webhooks signature (webhook-id, webhook-timestamp, webhook-signature) under the hook's secret is checked, and a delivery signed more than the hook's tolerance from now is refused (401). A delivery sent again answers with the run it started (200).", hooks::deliver, req: None, res: Some(s::<StartedRun>), 201),
         // schedules
         route!(GET "/api/v1/schedules", Read, "schedules", "The declared schedules: workflow, timing, policies, next time, last run, runs fired and times skipped.", schedules::list, req: None, res: Some(s::<ScheduleList>), 200),
         route!(POST "/api/v1/schedules", Operate, "schedules", "Declare a schedule (or change one declared over the API): cron in a time zone or an interval, inputs, missed-time and overlap policies, jitter.", schedules::declare, req: Some(s::<DeclareSchedule>), res: Some(s::<ScheduleView>), 201),

@@ -80,3 +80,37 @@ pub struct DebounceSpec {
     #[schemars(range(min = 1))]
     pub window_seconds: u64,
 }
+
+/// The replay window of a webhook, by default: a delivery signed longer ago (or
+/// further ahead) than this is refused as stale.
+pub const DEFAULT_HOOK_TOLERANCE_SECONDS: u64 = 300;
+
+/// A webhook that starts runs: `POST /api/v1/hooks/NAME`, signed as Standard
+/// Webhooks sign (`webhook-id`, `webhook-timestamp`, `webhook-signature:
+/// v1,BASE64(HMAC-SHA256(secret, "ID.TIMESTAMP.BODY"))`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HookSpec {
+    /// The hook's name, unique in a store: the last part of its URL.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"))]
+    pub name: String,
+    /// The environment variable of `awl serve` holding the signing secret (raw, or
+    /// `whsec_` and base64). The secret itself never goes in a workflow file.
+    pub secret_env: String,
+    /// Deliveries signed more than this many seconds from now are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub tolerance_seconds: Option<u64>,
+    /// The run's inputs, by name: templates over the delivery, which they see as
+    /// `inputs.body` (its JSON) and `inputs.headers` (lower-case names). Absent: the
+    /// body, a JSON object, is the inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl HookSpec {
+    pub fn tolerance_seconds(&self) -> u64 {
+        self.tolerance_seconds
+            .unwrap_or(DEFAULT_HOOK_TOLERANCE_SECONDS)
+    }
+}

@@ -88,6 +88,9 @@ pub struct Workflow {
     /// Starts with the same key within a window join the first one's run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub debounce: Option<super::flow::DebounceSpec>,
+    /// Webhooks that start its runs (`POST /api/v1/hooks/NAME`, HMAC-signed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<super::flow::HookSpec>,
 }
 
 /// One input of a workflow.

@@ -258,6 +258,48 @@ fn flow_rules(json: &Value, refs: &Refs<'_>, report: &mut Reporter<'_>) {
     {
         key_expression(&spec.key, "/debounce/key", refs, report);
     }
+    if let Some(Value::Array(hooks)) = json.get("hooks") {
+        hook_rules(hooks, report);
+    }
+}
+
+/// Each hook: a name of its own, a secret's variable, templates that parse and read
+/// the delivery (`inputs.body`, `inputs.headers`) only.
+fn hook_rules(hooks: &[Value], report: &mut Reporter<'_>) {
+    let mut names = BTreeSet::new();
+    let delivery: BTreeSet<String> = ["body", "headers"].map(String::from).into();
+    let refs = Refs {
+        inputs: &delivery,
+        earlier: &BTreeSet::new(),
+        all: &BTreeSet::new(),
+        own: None,
+        here: None,
+        places: &BTreeMap::new(),
+        has_prev: false,
+        in_tool: false,
+    };
+    for (i, hook) in hooks.iter().enumerate() {
+        let pointer = format!("/hooks/{i}");
+        if let Some(Value::String(name)) = hook.get("name")
+            && !names.insert(name.clone())
+        {
+            report.at_value(
+                &format!("{pointer}/name"),
+                format!("hook name {name:?} is used twice"),
+            );
+        }
+        if let Some(Value::String(env)) = hook.get("secret_env")
+            && env.trim().is_empty()
+        {
+            report.at_value(
+                &format!("{pointer}/secret_env"),
+                "name the environment variable that holds the secret",
+            );
+        }
+        if let Some(mapping) = hook.get("inputs") {
+            templates_in(mapping, &format!("{pointer}/inputs"), &refs, report);
+        }
+    }
 }
 
 fn key_expression(source: &str, pointer: &str, refs: &Refs<'_>, report: &mut Reporter<'_>) {

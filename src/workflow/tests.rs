@@ -924,3 +924,28 @@ steps:
     );
     assert_eq!(good.workflow.debounce.expect("debounce").window_seconds, 30);
 }
+
+#[test]
+fn hooks_are_checked_where_they_are_written() {
+    let said = problems(
+        r#"name: a
+version: "1.0.0"
+steps:
+  - {id: a, tool: noop}
+hooks:
+  - name: orders
+    secret_env: ORDERS_SECRET
+    inputs: {order: "${{ inputs.payload.id }}"}
+  - name: orders
+    secret_env: " "
+"#,
+    )
+    .join("\n");
+    for expected in [
+        "hooks[0].inputs.order: unknown input `payload` (declared: body, headers)",
+        "hooks[1].name: hook name \"orders\" is used twice",
+        "hooks[1].secret_env: name the environment variable",
+    ] {
+        assert!(said.contains(expected), "missing {expected:?} in:\n{said}");
+    }
+}

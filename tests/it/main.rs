@@ -25,6 +25,7 @@ mod executor;
 mod faults;
 mod flow;
 mod golden;
+mod hooks;
 mod mcp;
 mod observability;
 mod projections;
