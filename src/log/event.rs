@@ -295,7 +295,7 @@ mod tests {
         }
         assert_eq!(
             "job".parse::<StreamType>().unwrap_err().to_string(),
-            "unknown stream type \"job\" (expected one of: workflow, run, task, agent, bulk, schedule)"
+            "unknown stream type \"job\" (expected one of: workflow, run, task, agent, bulk, schedule, debounce)"
         );
     }
 
