@@ -19,6 +19,20 @@ pub fn workflow_scope(workflow: &str) -> String {
     format!("workflow:{workflow}")
 }
 
+/// The scope of the slots the runs with one value of a workflow's key share.
+fn key_scope(workflow: &str, value: &str) -> String {
+    format!("{}{KEY_SCOPE}{value}", workflow_scope(workflow))
+}
+
+/// What separates a workflow's scope from its key's value in a key scope (a
+/// workflow's name has no `:`).
+const KEY_SCOPE: &str = ":key:";
+
+/// Of a run's slots, the scope of its key (whose holdings weigh its fair share).
+pub fn key_slot(slots: &[FlowSlot]) -> Option<&FlowSlot> {
+    slots.iter().find(|s| s.scope.contains(KEY_SCOPE))
+}
+
 /// The flow a run of `definition` with `inputs` starts under (`priority` given by the
 /// start, else the workflow's). Slots come in the order they are taken: the
 /// workflow's, then its key's (a scope sorts before its keys' scopes).
@@ -45,7 +59,7 @@ pub fn flow(
         if let (Some(key), Some(per_key)) = (&spec.key, spec.per_key) {
             let value = key_value(key, inputs).map_err(|e| format!("concurrency key: {e}"))?;
             slots.push(FlowSlot {
-                scope: format!("{scope}:key:{value}"),
+                scope: key_scope(&definition.name, &value),
                 limit: per_key,
             });
         }

@@ -278,13 +278,8 @@ impl Worker {
                     admission.admitted.insert(d.run_id.clone());
                 }
                 SlotAnswer::Full { scope, .. } => {
-                    let fair_key = d
-                        .state
-                        .flow()
-                        .slots
-                        .iter()
-                        .map(|s| s.scope.clone())
-                        .find(|s| s.contains(":key:"));
+                    let fair_key = crate::engine::flow::key_slot(&d.state.flow().slots)
+                        .map(|s| s.scope.clone());
                     admission
                         .waiting
                         .insert(d.run_id.clone(), Waiting { scope, fair_key });

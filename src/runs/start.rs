@@ -96,8 +96,11 @@ impl Runs {
             priority,
             ..StartOptions::default()
         };
-        if registered.workflow.debounce.is_some() {
-            return match self.debounced(&registered, &inputs, run_id, by).await? {
+        if let Some(spec) = &registered.workflow.debounce {
+            return match self
+                .debounced(&registered, spec, &inputs, run_id, by)
+                .await?
+            {
                 Some(owner) => self.join(&registered, inputs, owner, by, options).await,
                 // This start owns the key, but a joiner may have started its run
                 // first (it saw the key before the run).
@@ -117,13 +120,11 @@ impl Runs {
     async fn debounced(
         &self,
         registered: &Registered,
+        spec: &crate::workflow::flow::DebounceSpec,
         inputs: &Map<String, Value>,
         run_id: RunId,
         by: &str,
     ) -> Result<Option<RunId>, RunsError> {
-        let Some(spec) = &registered.workflow.debounce else {
-            return Ok(None);
-        };
         let value = engine::flow::key_value(&spec.key, inputs)
             .map_err(|e| RunsError::Invalid(format!("debounce key: {e}")))?;
         let stream = StreamRef::new(
@@ -161,18 +162,13 @@ impl Runs {
         by: &str,
         options: StartOptions,
     ) -> Result<Started, RunsError> {
-        let joined = |run: &Run| Started {
-            run_id: owner,
-            workflow: registered.name.clone(),
-            version: run.workflow_version().to_string(),
-            created: false,
-        };
-        let (run, _) = domain_io::fold::<Run>(&self.store.read_current(&run_stream(owner)).await?)?;
-        if run.status().is_some() {
-            return Ok(joined(&run));
+        match self.existing(registered, owner).await? {
+            Some(joined) => Ok(joined),
+            None => {
+                self.start_or_join(registered, inputs, owner, by, options)
+                    .await
+            }
         }
-        self.start_or_join(registered, inputs, owner, by, options)
-            .await
     }
 
     /// Start `owner`; if someone started it meanwhile, the answer is that run.
@@ -184,25 +180,32 @@ impl Runs {
         by: &str,
         options: StartOptions,
     ) -> Result<Started, RunsError> {
-        let joined = |run: &Run| Started {
-            run_id: owner,
-            workflow: registered.name.clone(),
-            version: run.workflow_version().to_string(),
-            created: false,
-        };
         match self
             .start_registered(registered, inputs, owner, by, None, options)
             .await
         {
-            Ok(started) => Ok(started),
-            // Another joiner started it first.
-            Err(RunsError::Run(RunError::AlreadyStarted { .. })) => {
-                let (run, _) =
-                    domain_io::fold::<Run>(&self.store.read_current(&run_stream(owner)).await?)?;
-                Ok(joined(&run))
-            }
-            Err(e) => Err(e),
+            Err(RunsError::Run(RunError::AlreadyStarted { .. })) => self
+                .existing(registered, owner)
+                .await?
+                .ok_or(RunsError::RunNotFound(owner)),
+            other => other,
         }
+    }
+
+    /// The run `run_id` as a start that joins it answers, if it was started.
+    async fn existing(
+        &self,
+        registered: &Registered,
+        run_id: RunId,
+    ) -> Result<Option<Started>, RunsError> {
+        let (run, _) =
+            domain_io::fold::<Run>(&self.store.read_current(&run_stream(run_id)).await?)?;
+        Ok(run.status().is_some().then(|| Started {
+            run_id,
+            workflow: registered.name.clone(),
+            version: run.workflow_version().to_string(),
+            created: false,
+        }))
     }
 
     /// Start a run as `run_id`, an id the caller derived so that starting it again

@@ -169,7 +169,20 @@ async fn a_concurrency_key_with_two_workers_never_exceeds_its_limit(backend: Bac
     assert_eq!(most.get("workflow:limited:key:acme"), Some(&2), "{most:?}");
     assert!(queued > 0, "some runs waited, recorded as run.queued");
     assert!(holding.values().all(|n| *n == 0), "{holding:?}");
-    // Every slot was given back in the database too.
+    // Every slot was given back in the database too, and nobody waits any more.
+    let held = t
+        .store
+        .query_rows("SELECT scope, held FROM flow_scopes ORDER BY scope", &[])
+        .await
+        .expect("the counters");
+    assert_eq!(held.len(), 4, "{held:?}");
+    assert!(held.iter().all(|row| row["held"] == json!(0)), "{held:?}");
+    let holders = t
+        .store
+        .query_rows("SELECT run_id FROM flow_holders", &[])
+        .await
+        .expect("the holders");
+    assert!(holders.is_empty(), "{holders:?}");
     let status = awl.ok(&["status", &runs[0]]).await;
     assert!(status.contains("SUCCEEDED"), "{status}");
 }
