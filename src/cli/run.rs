@@ -254,6 +254,16 @@ fn progress_line(e: &RunEvent, started: &mut BTreeMap<String, DateTime<Utc>>) ->
                 human(Duration::from_millis(*backoff_ms))
             )
         }
+        RunEvent::StepThrottled {
+            step_id,
+            limit,
+            until,
+            at,
+            ..
+        } => format!(
+            "  ⏸ {step_id}: throttled by {limit} for {}",
+            human((*until - *at).to_std().unwrap_or_default())
+        ),
         RunEvent::StepSkipped {
             step_id, reason, ..
         } => format!("  – {step_id} skipped: {reason}"),

@@ -1,15 +1,17 @@
-//! A run's flow control, decided when it starts: its priority and the concurrency
-//! slots it must take (the workflow's `concurrency`, its key evaluated over the
-//! inputs), and the key a debounced start is known by. Pure: the same definition and
-//! inputs give the same slots on every server.
+//! A run's flow control: its priority and the concurrency slots it must take (the
+//! workflow's `concurrency`, its key evaluated over the inputs), decided when it
+//! starts; the key a debounced start is known by; and the rate buckets each attempt
+//! of a step takes a token of. Pure: the same definition and inputs give the same
+//! slots and buckets on every server.
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::domain::rate::RateBucket;
 use crate::domain::run::{Flow, FlowSlot};
 use crate::expr::{Expression, Scope};
 use crate::workflow::flow::MAX_PRIORITY;
-use crate::workflow::model::Workflow;
+use crate::workflow::model::{Step, StepKind, Workflow};
 
 /// Key values longer than this are named by their SHA-256 in scope names.
 const MAX_KEY_TEXT: usize = 128;
@@ -86,4 +88,48 @@ pub fn key_value(source: &str, inputs: &Map<String, Value>) -> Result<String, St
         return Ok(format!("sha256:{:x}", Sha256::digest(text.as_bytes())));
     }
     Ok(text)
+}
+
+/// The scope of a rate limit's bucket, or of one value of its key.
+fn rate_scope(name: &str, value: Option<&str>) -> String {
+    match value {
+        Some(value) => format!("rate:{name}{KEY_SCOPE}{value}"),
+        None => format!("rate:{name}"),
+    }
+}
+
+/// The rate buckets an attempt of `step` takes a token of: the limit it names
+/// (`rate_limit:`) and every limit listing its tool, each key evaluated over the
+/// run's inputs. Sorted by scope, each once (the order the store locks them in).
+pub fn rate_buckets(
+    definition: &Workflow,
+    step: &Step,
+    inputs: &Map<String, Value>,
+) -> Result<Vec<RateBucket>, String> {
+    let tool = match &step.kind {
+        StepKind::Tool(t) => Some(t.tool.as_str()),
+        _ => None,
+    };
+    let mut buckets = Vec::new();
+    for limit in &definition.rate_limits {
+        let named = step.common.rate_limit.as_deref() == Some(limit.name.as_str());
+        let by_tool = tool.is_some_and(|t| limit.tools.iter().any(|l| l == t));
+        if !(named || by_tool) {
+            continue;
+        }
+        let value = limit
+            .key
+            .as_deref()
+            .map(|key| key_value(key, inputs))
+            .transpose()
+            .map_err(|e| format!("rate limit {} key: {e}", limit.name))?;
+        buckets.push(RateBucket {
+            scope: rate_scope(&limit.name, value.as_deref()),
+            per_second: limit.per_second,
+            burst: limit.burst(),
+        });
+    }
+    buckets.sort_by(|a, b| a.scope.cmp(&b.scope));
+    buckets.dedup_by(|a, b| a.scope == b.scope);
+    Ok(buckets)
 }

@@ -100,6 +100,10 @@ pub enum Effect {
         /// Run this first (a `refresh_auth` recovery).
         before: Option<Work>,
         timeout_ms: Option<u64>,
+        /// The rate buckets to take a token of first (sorted by scope): when one has
+        /// none now, the worker records `run.step_throttled` with the time it
+        /// reserved instead of performing. Empty when the attempt holds its token.
+        rate: Vec<crate::domain::rate::RateBucket>,
     },
     /// Run the compensation of a succeeded step; report a [`CompensationOutcome`].
     Compensate {

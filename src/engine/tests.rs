@@ -1838,3 +1838,126 @@ fn a_continuation_that_carries_another_state_is_a_divergence() {
         "{divergence}"
     );
 }
+
+// ---------------------------------------------------------------- rate limits
+
+const RATED: &str = r#"
+name: rated
+version: "1.0.0"
+inputs:
+  customer: {type: string}
+rate_limits:
+  - {name: crm, per_second: 2, burst: 3, key: inputs.customer}
+  - {name: echoes, per_second: 10, tools: [echo]}
+steps:
+  - id: a
+    tool: echo
+    rate_limit: crm
+    inputs: {message: "for ${{ inputs.customer }}"}
+  - id: b
+    tool: noop
+"#;
+
+/// The rate buckets of the Perform effect of `step` in `tick`.
+fn rate_of(tick: &Tick, step: &str) -> Vec<(String, f64, u32)> {
+    tick.effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Perform { step_id, rate, .. } if step_id.as_str() == step => Some(
+                rate.iter()
+                    .map(|b| (b.scope.clone(), b.per_second, b.burst))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{step} is not performed: {tick:?}"))
+}
+
+#[test]
+fn a_rate_limited_step_asks_for_its_tokens_and_waits_when_throttled() {
+    let mut sim = Sim::start(RATED, json!({"customer": "acme"}));
+    let first = sim.tick();
+    assert_eq!(
+        rate_of(&first, "a"),
+        [
+            ("rate:crm:key:acme".to_string(), 2.0, 3),
+            ("rate:echoes".to_string(), 10.0, 1)
+        ],
+        "the limit it names, keyed, and the one listing its tool; sorted"
+    );
+    // The worker found no token before t0+5s: the attempt is held back.
+    let key = idempotency_key(sim.run.id().unwrap(), &sid("a"), 1);
+    sim.in_flight.remove(&key);
+    sim.decide(RunCommand::ThrottleStep {
+        step_id: sid("a"),
+        attempt: 1,
+        limit: "rate:crm:key:acme".into(),
+        until: t0() + Duration::seconds(5),
+        at: t0(),
+    });
+    assert_eq!(sim.status("a"), Some("scheduled"));
+    let early = sim.at(1).tick();
+    assert!(
+        early.effects.is_empty() && early.events.is_empty(),
+        "{early:?}"
+    );
+    assert_eq!(early.wake_at, Some(t0() + Duration::seconds(5)));
+    // At its token's time the same attempt starts again, holding its token.
+    let due = sim.at(5).tick();
+    assert_eq!(performed(&due), vec!["a"]);
+    assert!(rate_of(&due, "a").is_empty(), "no second token: {due:?}");
+    assert!(matches!(
+        due.events.as_slice(),
+        [RunEvent::StepStarted { attempt: 1, .. }]
+    ));
+    let next = sim.succeed("a");
+    assert!(
+        rate_of(&next, "b").is_empty(),
+        "a step no limit names takes no token"
+    );
+    sim.succeed("b");
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+    assert_eq!(
+        sim.run.attempts(&sid("a")).len(),
+        1,
+        "a throttle is not a retry"
+    );
+}
+
+#[test]
+fn an_attempt_started_again_after_a_crash_takes_a_new_token() {
+    let mut sim = Sim::start(RATED, json!({"customer": "acme"}));
+    sim.tick();
+    // Its worker died before reporting: the same attempt starts again and calls again.
+    sim.in_flight.clear();
+    let again = sim.at(30).tick();
+    assert_eq!(performed(&again), vec!["a"]);
+    assert_eq!(rate_of(&again, "a").len(), 2);
+}
+
+#[test]
+fn a_key_that_cannot_be_computed_fails_the_attempt_as_invalid() {
+    let yaml = r#"
+name: rated
+version: "1.0.0"
+inputs:
+  customer: {type: object, required: false}
+rate_limits:
+  - {name: crm, per_second: 2, key: inputs.customer.id}
+steps:
+  - {id: a, tool: noop, rate_limit: crm}
+"#;
+    let mut sim = Sim::start(yaml, json!({"customer": {}}));
+    sim.tick();
+    match sim.run.step(&sid("a")) {
+        Some(StepState::Failed { error, .. }) => {
+            assert_eq!(error.class, ErrorClass::Validation);
+            assert!(
+                error.message.contains("rate limit crm key"),
+                "{}",
+                error.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -315,6 +315,9 @@ impl Walk<'_> {
             }
             | RunEvent::StepFailed {
                 step_id, attempt, ..
+            }
+            | RunEvent::StepThrottled {
+                step_id, attempt, ..
             } => {
                 if let Some(run) = run_id {
                     self.in_flight
@@ -359,13 +362,15 @@ impl Walk<'_> {
 }
 
 /// Events appended by a command from outside the engine (a person or an operator;
-/// the executor's admission for concurrency slots, decided against the database).
+/// the executor's admission for concurrency slots and its throttles for rate limits,
+/// decided against the database).
 fn from_outside(event: &RunEvent) -> bool {
     matches!(
         event,
         RunEvent::Started { .. }
             | RunEvent::Queued { .. }
             | RunEvent::Admitted { .. }
+            | RunEvent::StepThrottled { .. }
             | RunEvent::GateApproved { .. }
             | RunEvent::GateRejected { .. }
             | RunEvent::Paused { .. }

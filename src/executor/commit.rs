@@ -175,9 +175,10 @@ impl Worker {
                 // Someone else wrote to the run: read it again and decide again, with
                 // the reports this decision had taken in.
                 if let Some(h) = held.get_mut(&d.run_id) {
-                    let (outcomes, compensations) = d.taken;
-                    h.outcomes.splice(0..0, outcomes);
-                    h.compensations.splice(0..0, compensations);
+                    let taken = d.taken;
+                    h.outcomes.splice(0..0, taken.outcomes);
+                    h.compensations.splice(0..0, taken.compensations);
+                    h.throttles.splice(0..0, taken.throttles);
                     match self.reload(&d.run_id).await {
                         Ok((run, version)) => {
                             h.run = run;

@@ -22,6 +22,7 @@ use crate::workflow::model::Workflow;
 
 use super::ExecError;
 use super::perform::{self, Call};
+use super::rate;
 use super::worker::{Held, Worker};
 
 /// How many times one run is decided again in one round after pure tools answered
@@ -53,7 +54,14 @@ pub(super) struct Decided {
     /// The reports of work done that this decision took in: if its commit loses to a
     /// write from outside (a pause, a cancel), they are handed back, so the decision
     /// made again on the reloaded run records them.
-    pub taken: (Vec<StepOutcome>, Vec<engine::CompensationOutcome>),
+    pub taken: Taken,
+}
+
+/// The reports a decision took in.
+pub(super) struct Taken {
+    pub outcomes: Vec<StepOutcome>,
+    pub compensations: Vec<engine::CompensationOutcome>,
+    pub throttles: Vec<super::rate::Throttled>,
 }
 
 /// What a decision writes beside the run's own events.
@@ -79,10 +87,17 @@ impl Worker {
         now: DateTime<Utc>,
     ) -> Result<Decided, ExecError> {
         let mut state = h.run.clone();
-        let mut events = Vec::new();
+        let throttles = std::mem::take(&mut h.throttles);
+        // Attempts held back by a rate limit first: the tick then sees them
+        // scheduled for their token's time.
+        let mut events = rate::record(&mut state, &throttles, now);
         let mut outcomes = std::mem::take(&mut h.outcomes);
         let mut compensations = std::mem::take(&mut h.compensations);
-        let taken = (outcomes.clone(), compensations.clone());
+        let taken = Taken {
+            outcomes: outcomes.clone(),
+            compensations: compensations.clone(),
+            throttles,
+        };
         let mut kept = Vec::new();
         let mut children = Vec::new();
         // Work decided by an earlier tick of this round is as good as in flight: a later
@@ -110,8 +125,9 @@ impl Worker {
                         ref step_id,
                         attempt,
                         before: None,
+                        ref rate,
                         ..
-                    } if perform::is_pure(work) => {
+                    } if perform::is_pure(work) && rate.is_empty() => {
                         let run_id = state.id().unwrap_or_default();
                         let key = engine::step_idempotency_key(run_id, step_id);
                         let call = Call {

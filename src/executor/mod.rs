@@ -16,6 +16,8 @@
 //! - `commit`: writing many runs' decisions in one transaction; nothing is decided
 //!   there.
 //! - `perform`: one effect through the step runners.
+//! - `rate`: an attempt's rate-limit tokens, taken before it is performed; attempts
+//!   held back recorded as throttled.
 //!
 //! What people do to runs (start, decide gates, cancel) is the runs service's
 //! ([`crate::runs`]): an append plus a wake-up that a worker here picks up.
@@ -23,6 +25,7 @@
 mod commit;
 mod decide;
 mod perform;
+mod rate;
 mod waiting;
 mod worker;
 

@@ -43,6 +43,7 @@ use crate::workflow::model::Workflow;
 
 use super::ExecError;
 use super::perform::{self, Call};
+use super::rate::{self, Throttled, Token};
 
 /// How a worker behaves.
 #[derive(Clone)]
@@ -122,6 +123,8 @@ pub(super) struct Held {
     pub in_flight: BTreeSet<String>,
     pub outcomes: Vec<StepOutcome>,
     pub compensations: Vec<CompensationOutcome>,
+    /// Attempts held back by a rate limit, to record.
+    pub throttles: Vec<Throttled>,
     /// Something new to decide on.
     pub dirty: bool,
     /// A commit for this run failed without saying whether it happened (the
@@ -139,6 +142,7 @@ pub(super) struct Held {
 pub(super) enum Report {
     Step(StepOutcome, String),
     Compensation(CompensationOutcome, String),
+    Throttled(Throttled, String),
 }
 
 /// Give a run back to be tried again in a minute (it could not be loaded or decided).
@@ -438,6 +442,7 @@ impl Worker {
                             in_flight: BTreeSet::new(),
                             outcomes: Vec::new(),
                             compensations: Vec::new(),
+                            throttles: Vec::new(),
                             dirty: true,
                             stale: false,
                             trace: events.first().and_then(|e| e.metadata.traceparent.clone()),
@@ -522,11 +527,40 @@ impl Worker {
                 work,
                 before,
                 timeout_ms,
+                rate,
             } => {
                 if !h.in_flight.insert(key.clone()) {
                     return;
                 }
+                let store = self.store.clone();
+                let clock = self.clock.clone();
                 tokio::spawn(async move {
+                    if !rate.is_empty() {
+                        let report = match rate::take(&store, &rate, clock()).await {
+                            Token::Go => None,
+                            Token::Later { limit, until } => Some(Report::Throttled(
+                                Throttled {
+                                    step_id: step_id.clone(),
+                                    attempt,
+                                    limit,
+                                    until,
+                                },
+                                key.clone(),
+                            )),
+                            Token::Failed(failure) => Some(Report::Step(
+                                StepOutcome {
+                                    step_id: step_id.clone(),
+                                    attempt,
+                                    result: Err(failure),
+                                },
+                                key.clone(),
+                            )),
+                        };
+                        if let Some(report) = report {
+                            let _ = done_tx.send((run, report));
+                            return;
+                        }
+                    }
                     let step_key = engine::step_idempotency_key(id, &step_id);
                     let call = Call {
                         run_id: id,
@@ -686,6 +720,10 @@ fn accept(held: &mut HashMap<String, Held>, run_id: String, report: Report) {
         Report::Compensation(outcome, key) => {
             h.in_flight.remove(&key);
             h.compensations.push(outcome);
+        }
+        Report::Throttled(throttled, key) => {
+            h.in_flight.remove(&key);
+            h.throttles.push(throttled);
         }
     }
     h.dirty = true;

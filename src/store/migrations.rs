@@ -69,6 +69,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "flow control",
         include_str!("../../migrations/postgres/0012_flow_control.sql"),
     ),
+    (
+        13,
+        "rate limits",
+        include_str!("../../migrations/postgres/0013_rate_limits.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -131,6 +136,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         12,
         "flow control",
         include_str!("../../migrations/sqlite/0012_flow_control.sql"),
+    ),
+    (
+        13,
+        "rate limits",
+        include_str!("../../migrations/sqlite/0013_rate_limits.sql"),
     ),
 ];
 

@@ -22,6 +22,7 @@ mod migrations;
 mod plan;
 mod postgres;
 mod presence;
+mod rate;
 pub mod repository;
 pub mod rows;
 mod sqlite;

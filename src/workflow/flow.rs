@@ -9,10 +9,15 @@
 //!   starts when a slot frees, the slots of a limit shared fairly between keys.
 //! - `debounce`: a start whose `key` has the value of a start less than
 //!   `window_seconds` ago joins that run instead of starting another.
+//! - `rate_limits`: at most `per_second` calls a second, `burst` at once after a quiet
+//!   time, for the steps that name the limit (`rate_limit:`) and every `tool` step
+//!   calling one of its `tools`; with a `key`, one such budget per value. A limit's
+//!   name is shared by every workflow of the store that declares it: it stands for
+//!   the system being called.
 //!
-//! The limits are enforced by the executor against counters in the database, taken
-//! in the transaction that records the run's admission, so they hold across every
-//! worker and server.
+//! The limits are enforced by the executor against rows in the database: concurrency
+//! slots taken in the transaction that records the run's admission, rate tokens
+//! reserved before each attempt; so they hold across every worker and server.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -79,6 +84,61 @@ pub struct DebounceSpec {
     /// its run (answering with it) instead of starting another.
     #[schemars(range(min = 1))]
     pub window_seconds: u64,
+}
+
+/// The most calls a second a rate limit may allow.
+pub const MAX_RATE_PER_SECOND: f64 = 1_000_000.0;
+
+/// How fast some steps may call what they call: a token bucket (GCRA) kept in the
+/// database, so every worker and server shares it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitSpec {
+    /// The limit's name: letters, digits, `-`, `_` and `.`. Workflows that declare
+    /// the same name share its budget (declare the same rate in each).
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"))]
+    pub name: String,
+    /// Calls a second, over time (a fraction is fine: `0.5` is one call every 2 s).
+    pub per_second: f64,
+    /// Calls that may go at once after a quiet time (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub burst: Option<u32>,
+    /// An expression over the inputs (`inputs.customer`): each value has a budget of
+    /// its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Every `tool` step calling one of these tools takes a token of this limit
+    /// (besides steps that name it with `rate_limit:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+}
+
+impl RateLimitSpec {
+    pub fn burst(&self) -> u32 {
+        self.burst.unwrap_or(1).max(1)
+    }
+
+    /// What is wrong with it, by field.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if !(self.per_second.is_finite()
+            && self.per_second > 0.0
+            && self.per_second <= MAX_RATE_PER_SECOND)
+        {
+            problems.push((
+                "per_second",
+                format!(
+                    "`per_second` must be more than 0 and at most {MAX_RATE_PER_SECOND}, not {}",
+                    self.per_second
+                ),
+            ));
+        }
+        if self.burst == Some(0) {
+            problems.push(("burst", "`burst` must be at least 1".to_string()));
+        }
+        problems
+    }
 }
 
 /// The replay window of a webhook, by default: a delivery signed longer ago (or

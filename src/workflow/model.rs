@@ -91,6 +91,12 @@ pub struct Workflow {
     /// Webhooks that start its runs (`POST /api/v1/hooks/NAME`, HMAC-signed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<super::flow::HookSpec>,
+    /// How fast steps may call what they call: calls per second and burst, shared
+    /// by every worker (and every workflow declaring the same name). A step takes a
+    /// token before each attempt; one that must wait is THROTTLED until its token's
+    /// time, which is not a failure.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_limits: Vec<super::flow::RateLimitSpec>,
 }
 
 /// One input of a workflow.
@@ -181,6 +187,11 @@ pub struct StepCommon {
     /// performed once: no `if`, `retry`, `on_error`, handlers or `compensate` of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compensate: Option<Box<Step>>,
+    /// The rate limit (a name under `rate_limits:`) this step takes a token of
+    /// before each attempt. Only steps awl performs itself: `tool`, `shell`, `http`,
+    /// `database`, `notify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<String>,
 }
 
 /// One step of a workflow.

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::expr::{Expression, References, Template};
 
 use super::diagnostics::Reporter;
-use super::flow::{ConcurrencySpec, DebounceSpec};
+use super::flow::{ConcurrencySpec, DebounceSpec, RateLimitSpec};
 use super::inputs::fits;
 use super::model::InputType;
 use super::schedule::ScheduleSpec;
@@ -233,6 +233,89 @@ pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut R
         in_tool: false,
     };
     flow_rules(json, &refs, report);
+    rate_limit_rules(json, &sites, &tools, &refs, report);
+}
+
+/// Rate limits: each named once, a rate in range, a key over the inputs, tools that
+/// exist; a step's `rate_limit` names one of them, on a step awl performs (not a
+/// compensation: it runs once, as the run fails, and is not held back).
+fn rate_limit_rules(
+    json: &Value,
+    sites: &[StepSite<'_>],
+    tools: &BTreeSet<String>,
+    refs: &Refs<'_>,
+    report: &mut Reporter<'_>,
+) {
+    let mut names = BTreeSet::new();
+    if let Some(Value::Array(limits)) = json.get("rate_limits") {
+        for (i, value) in limits.iter().enumerate() {
+            let pointer = format!("/rate_limits/{i}");
+            let Ok(spec) = serde_json::from_value::<RateLimitSpec>(value.clone()) else {
+                continue;
+            };
+            if !names.insert(spec.name.clone()) {
+                report.at_value(
+                    &format!("{pointer}/name"),
+                    format!("rate limit name {:?} is used twice", spec.name),
+                );
+            }
+            for (field, message) in spec.problems() {
+                report.at_value(&format!("{pointer}/{field}"), message);
+            }
+            if let Some(key) = &spec.key {
+                key_expression(key, &format!("{pointer}/key"), refs, report);
+            }
+            for (t, tool) in spec.tools.iter().enumerate() {
+                if !tools.contains(tool) {
+                    report.at_value(&format!("{pointer}/tools/{t}"), unknown_tool(tool, tools));
+                }
+            }
+        }
+    }
+    for site in sites {
+        let Some(limit) = site.step.get("rate_limit") else {
+            continue;
+        };
+        let at = format!("{}/rate_limit", site.pointer);
+        let Value::String(name) = limit else {
+            continue; // the schema's to report
+        };
+        if !names.contains(name) {
+            let known: Vec<&str> = names.iter().map(String::as_str).collect();
+            report.at_value(
+                &at,
+                if known.is_empty() {
+                    format!("rate limit {name:?} is not declared: add it under `rate_limits:`")
+                } else {
+                    format!(
+                        "rate limit {name:?} is not declared here (declared: {})",
+                        known.join(", ")
+                    )
+                },
+            );
+        }
+        let kind = site
+            .step
+            .get("type")
+            .and_then(Value::as_str)
+            .or_else(|| site.step.get("tool").map(|_| "tool"));
+        if site.compensation {
+            report.at_value(
+                &at,
+                "a compensation is not rate-limited: it runs once, as the run fails",
+            );
+        } else if let Some(kind) = kind
+            && !PERFORMED.contains(&kind)
+        {
+            report.at_value(
+                &at,
+                format!(
+                    "a `{kind}` step cannot be rate-limited: only steps awl performs itself ({})",
+                    PERFORMED.join(", ")
+                ),
+            );
+        }
+    }
 }
 
 /// Concurrency and debounce: limits in range, and key expressions that parse and
@@ -743,7 +826,8 @@ fn step_rules(
     handler_rules(step, &site.pointer, tools, report);
 }
 
-/// The step types a worker performs: the only ones a compensation can be.
+/// The step types a worker performs: the only ones a compensation can be, and the
+/// only ones a rate limit can hold back.
 const PERFORMED: [&str; 5] = ["tool", "shell", "http", "database", "notify"];
 
 /// A compensation is performed once, as it is, when the run fails: it cannot wait

@@ -177,7 +177,7 @@ fn a_step_without_type_or_tool_says_what_it_needs() {
             format!("wf.awl.yaml:4:5: steps[0]: {needs}"),
             "wf.awl.yaml:5:5: steps[0].command: unknown field `command` (expected one of \
              `compensate`, `description`, `error_handlers`, `id`, `if`, `inputs`, `name`, \
-             `on_error`, `retry`, `timeout_seconds`, `tool`, `type`)"
+             `on_error`, `rate_limit`, `retry`, `timeout_seconds`, `tool`, `type`)"
                 .to_string(),
             "wf.awl.yaml:6:5: steps[1]: missing field `id`".to_string(),
             format!("wf.awl.yaml:6:5: steps[1]: {needs}"),
@@ -948,4 +948,60 @@ hooks:
     ] {
         assert!(said.contains(expected), "missing {expected:?} in:\n{said}");
     }
+}
+
+#[test]
+fn rate_limits_are_checked_where_they_are_written() {
+    let said = problems(
+        r#"name: a
+version: "1.0.0"
+inputs:
+  customer: {type: string}
+rate_limits:
+  - {name: github, per_second: 0}
+  - {name: github, per_second: 5, burst: 0, key: inputs.client, tools: [nope]}
+steps:
+  - {id: a, tool: noop, rate_limit: gitlab}
+  - id: g
+    type: gate
+    message: ok?
+    rate_limit: github
+  - id: b
+    tool: noop
+    rate_limit: github
+    compensate: {id: undo, tool: noop, rate_limit: github}
+"#,
+    )
+    .join("\n");
+    for expected in [
+        "rate_limits[0].per_second: `per_second` must be more than 0",
+        "rate_limits[1].name: rate limit name \"github\" is used twice",
+        "rate_limits[1].burst: `burst` must be at least 1",
+        "rate_limits[1].key: unknown input `client` (declared: customer)",
+        "rate_limits[1].tools[0]: unknown tool",
+        "steps[0].rate_limit: rate limit \"gitlab\" is not declared here (declared: github)",
+        "steps[1].rate_limit: a `gate` step cannot be rate-limited",
+        "steps[2].compensate.rate_limit: a compensation is not rate-limited",
+    ] {
+        assert!(said.contains(expected), "missing {expected:?} in:\n{said}");
+    }
+    let good = check(
+        Path::new("wf.awl.yaml"),
+        r#"name: a
+version: "1.0.0"
+inputs:
+  customer: {type: string}
+rate_limits:
+  - {name: crm, per_second: 0.5, burst: 3, key: inputs.customer, tools: [echo]}
+steps:
+  - {id: a, tool: noop, rate_limit: crm}
+"#,
+    )
+    .expect("good rate limits");
+    let limit = &good.workflow.rate_limits[0];
+    assert_eq!((limit.per_second, limit.burst()), (0.5, 3));
+    assert_eq!(
+        good.workflow.steps[0].common.rate_limit.as_deref(),
+        Some("crm")
+    );
 }

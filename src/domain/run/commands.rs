@@ -86,6 +86,16 @@ pub enum RunCommand {
         error: StepError,
         at: DateTime<Utc>,
     },
+    /// A running attempt could not take its rate limit's token now: it reserved the
+    /// token for `until` and starts again then (not a failure).
+    ThrottleStep {
+        step_id: StepId,
+        attempt: u32,
+        /// The rate limit's bucket (`rate:NAME`, `rate:NAME:key:VALUE`).
+        limit: String,
+        until: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
     /// Queue the next attempt of a failed step, `backoff_ms` after `at`.
     RetryStep {
         step_id: StepId,
@@ -187,6 +197,7 @@ impl RunCommand {
             Self::SucceedStep { .. } => RunAction::SucceedStep,
             Self::FailStep { .. } => RunAction::FailStep,
             Self::RetryStep { .. } => RunAction::RetryStep,
+            Self::ThrottleStep { .. } => RunAction::ThrottleStep,
             Self::SkipStep { .. } => RunAction::SkipStep,
             Self::ApplyRecovery { .. } => RunAction::ApplyRecovery,
             Self::OpenGate { .. } => RunAction::OpenGate,
@@ -238,6 +249,7 @@ pub enum RunAction {
     Continue,
     Queue,
     Admit,
+    ThrottleStep,
 }
 
 impl RunAction {
@@ -267,6 +279,7 @@ impl RunAction {
             Self::Continue => "continue",
             Self::Queue => "queue",
             Self::Admit => "admit",
+            Self::ThrottleStep => "throttle",
         }
     }
 }
@@ -299,6 +312,7 @@ impl fmt::Display for RunAction {
             Self::Continue => "continue the run as new",
             Self::Queue => "queue the run",
             Self::Admit => "admit the run",
+            Self::ThrottleStep => "throttle a step",
         })
     }
 }

@@ -123,6 +123,7 @@ impl Decide for Run {
                     StepState::Scheduled {
                         attempt: current,
                         due_at,
+                        ..
                     } if *current == attempt => {
                         check.not_empty("idempotency key", &idempotency_key)?;
                         if at < *due_at {
@@ -214,6 +215,26 @@ impl Decide for Run {
                     step_id,
                     attempt,
                     error,
+                    at,
+                }])
+            }
+
+            RunCommand::ThrottleStep {
+                step_id,
+                attempt,
+                limit,
+                until,
+                at,
+            } => {
+                check.status_in(ACTIVE)?;
+                check.running_attempt(&step_id, attempt)?;
+                check.not_empty("limit", &limit)?;
+                check.after("until", Some(until), at)?;
+                Ok(vec![RunEvent::StepThrottled {
+                    step_id,
+                    attempt,
+                    limit,
+                    until,
                     at,
                 }])
             }

@@ -105,6 +105,17 @@ pub enum RunEvent {
         error: StepError,
         at: DateTime<Utc>,
     },
+    /// A running attempt waits for its rate limit: its token is reserved for `until`,
+    /// when the same attempt starts again (not a failure; nothing was performed).
+    #[serde(rename = "run.step_throttled")]
+    StepThrottled {
+        step_id: StepId,
+        attempt: u32,
+        /// The rate limit's bucket (`rate:NAME`, `rate:NAME:key:VALUE`).
+        limit: String,
+        until: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
     /// A failed step was queued again for `next_attempt` after a back-off.
     #[serde(rename = "run.step_retried")]
     StepRetried {
@@ -265,6 +276,7 @@ impl RunEvent {
             Self::StepScheduled { .. }
             | Self::StepStarted { .. }
             | Self::StepRetried { .. }
+            | Self::StepThrottled { .. }
             | Self::RecoveryApplied { .. }
             | Self::GateExpired { .. }
             | Self::CostCharged { .. }
@@ -286,6 +298,7 @@ impl RunEvent {
             | Self::StepSucceeded { at, .. }
             | Self::StepFailed { at, .. }
             | Self::StepRetried { at, .. }
+            | Self::StepThrottled { at, .. }
             | Self::StepSkipped { at, .. }
             | Self::RecoveryApplied { at, .. }
             | Self::GateOpened { at, .. }
@@ -319,6 +332,7 @@ impl DomainEvent for RunEvent {
             Self::StepSucceeded { .. } => "run.step_succeeded",
             Self::StepFailed { .. } => "run.step_failed",
             Self::StepRetried { .. } => "run.step_retried",
+            Self::StepThrottled { .. } => "run.step_throttled",
             Self::StepSkipped { .. } => "run.step_skipped",
             Self::RecoveryApplied { .. } => "run.recovery_applied",
             Self::GateOpened { .. } => "run.gate_opened",

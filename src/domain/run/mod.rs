@@ -167,13 +167,13 @@ impl Run {
     }
 
     /// Why a run on its way does not move, in words (none when nothing holds it):
-    /// paused, or queued for a concurrency slot.
+    /// paused, queued for a concurrency slot, or steps throttled by a rate limit.
     pub fn waiting_reason(&self) -> Option<String> {
         if let Some(pause) = &self.paused {
             return Some(format!("paused by {}: {}", pause.by, pause.reason));
         }
         if !self.awaiting_admission() {
-            return None;
+            return self.throttled_reason();
         }
         Some(match &self.queued {
             Some(q) => format!(
@@ -192,6 +192,29 @@ impl Run {
                     .join(", ")
             ),
         })
+    }
+
+    /// The steps held back by a rate limit, and until when.
+    fn throttled_reason(&self) -> Option<String> {
+        if !self.status.is_some_and(RunStatus::is_active) {
+            return None;
+        }
+        let held: Vec<String> = self
+            .steps
+            .iter()
+            .filter_map(|(id, state)| match state {
+                StepState::Scheduled {
+                    due_at,
+                    throttled: Some(limit),
+                    ..
+                } => Some(format!(
+                    "step {id} by {limit} until {}",
+                    due_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+                )),
+                _ => None,
+            })
+            .collect();
+        (!held.is_empty()).then(|| format!("throttled: {}", held.join("; ")))
     }
 
     /// Who paused the run, while it is paused: no step starts.
@@ -464,8 +487,14 @@ impl Run {
                 due_at,
                 at,
             } => {
-                self.steps
-                    .insert(step_id.clone(), StepState::Scheduled { attempt, due_at });
+                self.steps.insert(
+                    step_id.clone(),
+                    StepState::Scheduled {
+                        attempt,
+                        due_at,
+                        throttled: None,
+                    },
+                );
                 self.attempts
                     .entry(step_id)
                     .or_default()
@@ -559,6 +588,23 @@ impl Run {
                     StepState::Scheduled {
                         attempt: next_attempt,
                         due_at,
+                        throttled: None,
+                    },
+                );
+            }
+            RunEvent::StepThrottled {
+                step_id,
+                attempt,
+                limit,
+                until,
+                ..
+            } => {
+                self.steps.insert(
+                    step_id,
+                    StepState::Scheduled {
+                        attempt,
+                        due_at: until,
+                        throttled: Some(limit),
                     },
                 );
             }

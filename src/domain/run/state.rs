@@ -85,8 +85,14 @@ impl fmt::Display for RunStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum StepState {
-    /// Waiting for `due_at` to start `attempt`.
-    Scheduled { attempt: u32, due_at: DateTime<Utc> },
+    /// Waiting for `due_at` to start `attempt`. `throttled`: the attempt was held
+    /// back by this rate limit and its token is reserved for `due_at`.
+    Scheduled {
+        attempt: u32,
+        due_at: DateTime<Utc>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        throttled: Option<String>,
+    },
     /// `attempt` was started and has no outcome yet.
     Running {
         attempt: u32,

@@ -75,6 +75,9 @@ pub(super) struct Walker<'a> {
     compensations: HashMap<StepId, Option<String>>,
     /// Keys of attempts started in this tick (their work is already an effect).
     started_now: BTreeSet<String>,
+    /// Keys of attempts started in this tick with the rate-limit token they
+    /// reserved when they were throttled.
+    reserved_now: BTreeSet<String>,
 }
 
 impl<'a> Walker<'a> {
@@ -111,6 +114,7 @@ impl<'a> Walker<'a> {
                 .map(|c: &CompensationOutcome| (c.step_id.clone(), c.error.clone()))
                 .collect(),
             started_now: BTreeSet::new(),
+            reserved_now: BTreeSet::new(),
         }
     }
 

@@ -43,13 +43,22 @@ impl<'a> Walker<'a> {
                     })?;
                     true
                 }
-                Some(StepState::Scheduled { attempt, due_at }) => {
+                Some(StepState::Scheduled {
+                    attempt,
+                    due_at,
+                    throttled,
+                }) => {
                     if due_at > self.now {
                         self.wake(due_at);
                         return Ok(Progress::Blocked);
                     }
                     if self.budget_hold(&id)? {
                         return Ok(Progress::Blocked);
+                    }
+                    if throttled.is_some() {
+                        // Its token was reserved for now: take no other.
+                        self.reserved_now
+                            .insert(idempotency_key(self.run_id, &id, attempt));
                     }
                     self.begin(step, attempt, prev)?;
                     true
@@ -285,13 +294,24 @@ impl<'a> Walker<'a> {
             Some(RecoveryAction::RefreshAuth) => self.refresh_hook(step, &id, attempt),
             _ => None,
         };
+        let key = idempotency_key(self.run_id, &id, attempt);
+        let rate = if self.def.rate_limits.is_empty() || self.reserved_now.contains(&key) {
+            Vec::new()
+        } else {
+            let inputs = self.state.inputs().as_object().cloned().unwrap_or_default();
+            match super::super::flow::rate_buckets(self.def, step, &inputs) {
+                Ok(rate) => rate,
+                Err(e) => return self.fail_step(&id, attempt, ErrorClass::Validation, e),
+            }
+        };
         self.effects.push(Effect::Perform {
-            key: idempotency_key(self.run_id, &id, attempt),
+            key,
             step_id: id,
             attempt,
             work,
             before,
             timeout_ms: self.timeout_seconds(step, attempt).map(|s| s * 1000),
+            rate,
         });
         Ok(())
     }

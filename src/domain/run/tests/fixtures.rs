@@ -14,7 +14,7 @@ pub(super) use crate::domain::testing::{case, check, fold, t, then};
 
 impl Stream for RunEvent {
     type Of = Run;
-    const VARIANTS: usize = 26;
+    const VARIANTS: usize = 27;
 
     fn variant(&self) -> usize {
         match self {
@@ -44,6 +44,7 @@ impl Stream for RunEvent {
             RunEvent::Continued { .. } => 23,
             RunEvent::Queued { .. } => 24,
             RunEvent::Admitted { .. } => 25,
+            RunEvent::StepThrottled { .. } => 26,
         }
     }
 
@@ -285,6 +286,23 @@ pub(super) fn step_retried(
         next_attempt,
         due_at: plus_ms(at, i64::try_from(backoff_ms).unwrap()),
         backoff_ms,
+        at,
+    }
+}
+/// The rate limit the throttle helpers name.
+pub(super) const LIMIT: &str = "rate:github";
+/// Its token reserved `wait_ms` after `at`.
+pub(super) fn step_throttled(
+    step_id: StepId,
+    attempt: u32,
+    wait_ms: i64,
+    at: DateTime<Utc>,
+) -> RunEvent {
+    RunEvent::StepThrottled {
+        step_id,
+        attempt,
+        limit: LIMIT.into(),
+        until: plus_ms(at, wait_ms),
         at,
     }
 }
@@ -560,6 +578,21 @@ pub(super) fn retry(step_id: StepId, backoff_ms: u64, at: DateTime<Utc>) -> RunC
     RunCommand::RetryStep {
         step_id,
         backoff_ms,
+        at,
+    }
+}
+/// Yields `step_throttled(step_id, attempt, wait_ms, at)`.
+pub(super) fn throttle(
+    step_id: StepId,
+    attempt: u32,
+    wait_ms: i64,
+    at: DateTime<Utc>,
+) -> RunCommand {
+    RunCommand::ThrottleStep {
+        step_id,
+        attempt,
+        limit: LIMIT.into(),
+        until: plus_ms(at, wait_ms),
         at,
     }
 }

@@ -38,9 +38,10 @@ fn action_index(action: RunAction) -> usize {
         RunAction::Continue => 22,
         RunAction::Queue => 23,
         RunAction::Admit => 24,
+        RunAction::ThrottleStep => 25,
     }
 }
-const ACTIONS: usize = 25;
+const ACTIONS: usize = 26;
 
 // ---- every command in every run status --------------------------------------------------
 
@@ -111,6 +112,15 @@ fn status_rows() -> Vec<StatusRow> {
                 succeed(deploy(), 1, None, None, now),
                 ACTIVE,
                 vec![step_succeeded(deploy(), 1, None, None, now)],
+            )
+        },
+        StatusRow {
+            blocked: vec![(Waiting, deploy_scheduled(StepPhase::Running))],
+            ..status_row(
+                "throttle the running step",
+                throttle(deploy(), 1, 2_000, now),
+                ACTIVE,
+                vec![step_throttled(deploy(), 1, 2_000, now)],
             )
         },
         StatusRow {
@@ -356,8 +366,8 @@ fn every_command_in_every_run_status() {
             cases.push((name, given, row.when, then));
         }
     }
-    // 26 rows x (8 statuses + no run).
-    assert_eq!(check(cases), 26 * 9);
+    // 27 rows x (8 statuses + no run).
+    assert_eq!(check(cases), 27 * 9);
 }
 
 #[test]
@@ -554,6 +564,26 @@ fn step_rows() -> Vec<StepRow> {
             emits: vec![step_failed(build(), 2, ErrorClass::Timeout, now)],
         },
         StepRow {
+            name: "throttle build attempt 1",
+            when: throttle(build(), 1, 500, now),
+            allowed: &[Running],
+            rule: StepRule::Attempt {
+                attempt: 1,
+                expected: StepPhase::Running,
+            },
+            emits: vec![step_throttled(build(), 1, 500, now)],
+        },
+        StepRow {
+            name: "throttle build attempt 2",
+            when: throttle(build(), 2, 500, now),
+            allowed: &[RunningAgain],
+            rule: StepRule::Attempt {
+                attempt: 2,
+                expected: StepPhase::Running,
+            },
+            emits: vec![step_throttled(build(), 2, 500, now)],
+        },
+        StepRow {
             name: "retry build",
             when: retry(build(), 1_000, now),
             allowed: &[Failed, FailedRecovering],
@@ -686,7 +716,7 @@ fn every_step_command_in_every_step_situation() {
             cases.push((name, step_path(sit), row.when, then));
         }
     }
-    assert_eq!(check(cases), 12 * 11);
+    assert_eq!(check(cases), 14 * 11);
 }
 
 #[test]

@@ -75,6 +75,7 @@ fn a_busy_run_keeps_what_the_executor_needs() {
         Some(&StepState::Scheduled {
             attempt: 1,
             due_at: t(VERIFY_DUE),
+            throttled: None,
         })
     );
     assert_eq!(run.step(&notify()), None);
@@ -219,6 +220,7 @@ fn retries_add_attempts_and_the_last_one_counts() {
         Some(&StepState::Scheduled {
             attempt: 2,
             due_at: plus_ms(t(30), 1_000),
+            throttled: None,
         })
     );
     assert_eq!(

@@ -866,3 +866,88 @@ fn noting_a_derived_run_once() {
         ),
     ]);
 }
+
+#[test]
+fn a_throttled_attempt_waits_for_its_token_and_starts_again() {
+    let now = t(LATE);
+    let throttled = after(Running, [step_throttled(deploy(), 1, 2_000, now)]);
+    check(vec![
+        case(
+            "the same attempt starts again, with its key, once its token is due",
+            throttled.clone(),
+            start_step(deploy(), 1, "deploy-1", None, plus_ms(now, 2_000)),
+            Ok(vec![step_started(
+                deploy(),
+                1,
+                "deploy-1",
+                None,
+                plus_ms(now, 2_000),
+            )]),
+        ),
+        case(
+            "not before its token's time",
+            throttled.clone(),
+            start_step(deploy(), 1, "deploy-1", None, plus_ms(now, 1_999)),
+            Err(RunError::NotDue {
+                run: run_id(),
+                step: deploy(),
+                attempt: 1,
+                due_at: plus_ms(now, 2_000),
+                at: plus_ms(now, 1_999),
+            }),
+        ),
+        case(
+            "a throttled attempt is not running: it has no outcome to record",
+            throttled.clone(),
+            succeed(deploy(), 1, None, None, plus_ms(now, 2_000)),
+            Err(attempt_not_in(
+                deploy(),
+                1,
+                StepPhase::Running,
+                situation(StepPhase::Scheduled, 1),
+            )),
+        ),
+        case(
+            "a token's time is after the throttle",
+            path(Running),
+            throttle(deploy(), 1, 0, now),
+            Err(RunError::DeadlineNotAfter {
+                run: run_id(),
+                action: RunAction::ThrottleStep,
+                field: "until",
+                deadline: now,
+                at: now,
+            }),
+        ),
+    ]);
+    let run = fold(throttled);
+    assert_eq!(
+        run.step(&deploy()),
+        Some(&StepState::Scheduled {
+            attempt: 1,
+            due_at: plus_ms(now, 2_000),
+            throttled: Some(LIMIT.into()),
+        }),
+        "held back, not failed: the attempt keeps its number"
+    );
+    let reason = run.waiting_reason().expect("a reason");
+    assert!(
+        reason.starts_with("throttled: step deploy by rate:github until "),
+        "{reason}"
+    );
+    let ran = fold(then(
+        after(Running, [step_throttled(deploy(), 1, 2_000, now)]),
+        [step_started(
+            deploy(),
+            1,
+            "deploy-1",
+            None,
+            plus_ms(now, 2_000),
+        )],
+    ));
+    assert_eq!(
+        ran.waiting_reason(),
+        None,
+        "started again: nothing holds it"
+    );
+}

@@ -76,6 +76,7 @@ fn every_event() -> Vec<RunEvent> {
         started_queued(t(23)),
         queued(SCOPE, t(23)),
         admitted(t(24)),
+        step_throttled(build(), 1, 1_500, t(25)),
     ]
 }
 
@@ -113,6 +114,7 @@ fn the_event_types_are_the_documented_names() {
         continued(RunStatus::Running, t(0)),
         queued(SCOPE, t(0)),
         admitted(t(0)),
+        step_throttled(build(), 1, 1, t(0)),
     ]
     .iter()
     .map(DomainEvent::event_type)
@@ -146,6 +148,7 @@ fn the_event_types_are_the_documented_names() {
             "run.continued",
             "run.queued",
             "run.admitted",
+            "run.step_throttled",
         ]
     );
 }
