@@ -1,7 +1,9 @@
 //! Flow control on both stores: a concurrency limit per workflow and per key held by
 //! two worker processes (checked over the log: at no position do more runs hold a
-//! slot of a scope than its limit), queued runs recorded and shown as QUEUED, and
-//! priorities ordering the claims.
+//! slot of a scope than its limit), queued runs recorded and shown as QUEUED;
+//! priorities ordering the claims; a rate limit held by two worker processes
+//! (checked at the called side: no window holds more calls than burst and rate
+//! allow), attempts held back recorded as throttled and shown as such.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,6 +24,7 @@ use crate::support::{Backend, TestStore, on_both_stores, wait_for};
 on_both_stores!(worker_threads = 2;
     a_concurrency_key_with_two_workers_never_exceeds_its_limit,
     priorities_order_the_claims,
+    a_rate_limit_holds_across_workers,
 );
 
 const LIMIT: u64 = 120;
@@ -242,4 +245,118 @@ async fn priorities_order_the_claims(backend: Backend) {
         let want = if *p == 0 { Value::Null } else { json!(p) };
         assert_eq!(recorded[run], want, "run {run}");
     }
+}
+
+/// Each call appends the time it ran (nanoseconds) to the file it is given.
+const RATED: &str = r#"
+name: rated
+version: "1.0.0"
+inputs:
+  n: { type: integer, required: true }
+rate_limits:
+  - { name: crm, per_second: 4, burst: 2 }
+steps:
+  - id: call
+    type: shell
+    command: ["sh", "-c", "date +%s%N >> \"$0\"", "CALLS"]
+    rate_limit: crm
+"#;
+
+const RATE: f64 = 4.0;
+const BURST: f64 = 2.0;
+
+async fn a_rate_limit_holds_across_workers(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let calls = tempfile::NamedTempFile::new().expect("calls file");
+    let path = calls.path().to_str().expect("a utf-8 path");
+    let (dir, _) = register(&t, &RATED.replace("CALLS", path), "rated").await;
+    let total = 16;
+    let mut runs = Vec::new();
+    for n in 0..total {
+        runs.push(start(&t, "rated", json!({ "n": n }), None).await);
+    }
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let workers: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|name| awl.worker(dir.path().join(format!("worker-{name}.log")), &[]))
+        .collect();
+    // While they wait, the runs say so: some run is held back by the limit.
+    let throttled = wait_for(60, "a run throttled by the limit", async || {
+        for run in &runs {
+            let status = awl.ok(&["status", run]).await;
+            if status.contains("throttled: step call by rate:crm until") {
+                return Some(status);
+            }
+        }
+        None
+    })
+    .await;
+    assert!(throttled.contains("RUNNING"), "{throttled}");
+    let store = t.store.clone();
+    wait_for(90, "every run to finish", async || {
+        let done = crate::support::logged(&store, "run.completed").await.len();
+        (done == total).then_some(())
+    })
+    .await;
+    drop(workers);
+
+    // At the called side: the times the calls ran, in order.
+    let text = std::fs::read_to_string(calls.path()).expect("the calls");
+    let mut at: Vec<f64> = text
+        .lines()
+        .map(|l| l.trim().parse::<u128>().expect("a time") as f64 / 1e9)
+        .collect();
+    at.sort_by(f64::total_cmp);
+    assert_eq!(at.len(), total, "each run called once: {text}");
+    // No window holds more calls than the burst and the rate allow. A call runs a
+    // little after its token's time (a process starts), so its window is widened by
+    // a margin for that; the spread below shows the limit held them back at all.
+    const MARGIN: f64 = 0.2;
+    for i in 0..at.len() {
+        for j in i..at.len() {
+            let calls = (j - i + 1) as f64;
+            let allowed = BURST + RATE * (at[j] - at[i] + MARGIN);
+            assert!(
+                calls <= allowed.floor(),
+                "{calls} calls within {:.3} s (calls {i}..={j}); allowed {allowed:.2}",
+                at[j] - at[i]
+            );
+        }
+    }
+    let spread = at[at.len() - 1] - at[0];
+    let least = (total as f64 - BURST) / RATE;
+    assert!(
+        spread >= least - MARGIN,
+        "{total} calls in {spread:.3} s: the limit held nobody back"
+    );
+
+    // Over the log: attempts held back were throttled, not failed, and started again
+    // as the same attempt holding their token.
+    let throttles = crate::support::logged(&t.store, "run.step_throttled").await;
+    assert!(!throttles.is_empty(), "waits over a second are recorded");
+    for e in &throttles {
+        assert_eq!(e.payload["limit"], json!("rate:crm"), "{}", e.payload);
+        assert_eq!(e.payload["attempt"], json!(1), "{}", e.payload);
+    }
+    assert!(
+        crate::support::logged(&t.store, "run.step_failed")
+            .await
+            .is_empty()
+    );
+    assert!(
+        crate::support::logged(&t.store, "run.step_retried")
+            .await
+            .is_empty()
+    );
+    let buckets = t
+        .store
+        .query_rows("SELECT bucket FROM rate_buckets", &[])
+        .await
+        .expect("the buckets");
+    assert_eq!(buckets.len(), 1, "one bucket for the limit: {buckets:?}");
+    let done = awl.ok(&["status", &runs[total - 1]]).await;
+    assert!(
+        done.contains("SUCCEEDED") && !done.contains("throttled:"),
+        "{done}"
+    );
 }

@@ -105,3 +105,59 @@ pub async fn sixteen_tasks_race_on_one_stream(backend: Backend) {
     assert_eq!(seen.len(), WRITERS * EACH);
     assert_eq!(t.store.head().await.unwrap(), total as i64);
 }
+
+/// 16 tasks reserve a rate-limit token of the same buckets at the same moment: each
+/// gets a time of its own, exactly the times the rate allows in some order (the
+/// bucket's row serialises them), and every bucket moved past the last of them.
+pub async fn rate_tokens_reserved_at_once_are_spaced_by_the_rate(backend: Backend) {
+    use awl::domain::rate::RateBucket;
+    use chrono::{DateTime, TimeDelta, Utc};
+
+    let t = TestStore::new(backend).await;
+    let now = DateTime::<Utc>::UNIX_EPOCH + TimeDelta::days(20_000);
+    let buckets = vec![
+        RateBucket {
+            scope: "rate:api".into(),
+            per_second: 10.0,
+            burst: 3,
+        },
+        RateBucket {
+            scope: "rate:api:key:acme".into(),
+            per_second: 100.0,
+            burst: 1,
+        },
+    ];
+    let barrier = Arc::new(Barrier::new(WRITERS));
+    let mut handles = Vec::new();
+    for _ in 0..WRITERS {
+        let (store, buckets, barrier) = (t.store.clone(), buckets.clone(), barrier.clone());
+        handles.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store.reserve_rate(&buckets, now).await
+        }));
+    }
+    let mut went = Vec::new();
+    for h in handles {
+        let r = within(30, "a reservation", h)
+            .await
+            .expect("join")
+            .expect("a reservation");
+        went.push((r.go - now).num_milliseconds());
+    }
+    went.sort_unstable();
+    // The burst of the slow bucket goes as fast as the keyed bucket lets it (one
+    // every 10 ms), then the slow bucket rules: one every 100 ms.
+    let expected: Vec<i64> = (0..WRITERS as i64)
+        .map(|i| if i < 3 { i * 10 } else { (i - 2) * 100 })
+        .collect();
+    assert_eq!(went, expected);
+    let one_more = t.store.reserve_rate(&buckets, now).await.expect("one more");
+    assert_eq!((one_more.go - now).num_milliseconds(), 1_400);
+    assert_eq!(
+        buckets[one_more.by].scope, "rate:api",
+        "the slow bucket held it back"
+    );
+    // Nothing to take: go now.
+    let none = t.store.reserve_rate(&[], now).await.expect("no buckets");
+    assert_eq!(none.go, now);
+}

@@ -27,6 +27,7 @@ crate::support::on_both_stores!(
     pages_and_filters_the_whole_log,
     the_log_is_append_only,
     sixteen_tasks_race_on_one_stream,
+    rate_tokens_reserved_at_once_are_spaced_by_the_rate,
     a_tail_sees_every_event_once_in_order_under_concurrent_writers,
     a_tail_is_woken_by_a_commit_not_by_its_poll,
     reopening_the_store_finds_everything,
