@@ -33,6 +33,7 @@ crate::support::on_both_stores!(
     order_saga_compensates_in_reverse_order_when_shipping_fails,
     error_handling_falls_back_continues_and_skips,
     mirror_race_takes_the_first_mirror_to_answer,
+    rate_limited_spaces_its_calls_by_the_limit,
     release_waits_for_approval_then_deploys_through_the_sub_workflow,
     release_rejected_at_the_gate_fails_and_says_why,
     deploy_service_runs_on_its_own,
@@ -599,6 +600,49 @@ async fn mirror_race_takes_the_first_mirror_to_answer(backend: Backend) {
             < position_of(&events, "run.step_succeeded", "slow_wait")
     );
     assert_no_restarts(&status);
+}
+
+// ---------------------------------------------------------------- rate-limited
+
+async fn rate_limited_spaces_its_calls_by_the_limit(backend: Backend) {
+    let s = Sandbox::new(backend).await;
+    let ran = s.run("rate-limited.awl.yaml", &[]).await;
+    assert!(ran.succeeded(), "{}", ran.stderr());
+    assert_eq!(ran.outputs(), json!({"regions": 4}));
+    let events = s.events(&ran.run_id).await;
+    // When each region's call was done: one a second (the rate, burst 1), though all
+    // four asked at once. A little less allows for when each outcome was recorded.
+    let mut done: Vec<chrono::DateTime<chrono::Utc>> = ["emea", "amer", "apac", "latam"]
+        .iter()
+        .map(|region| {
+            let step = format!("sync_{region}");
+            let succeeded: Vec<&Value> = for_step(&events, "run.step_succeeded", &step).collect();
+            assert_eq!(succeeded.len(), 1, "{step}: {succeeded:?}");
+            serde_json::from_value(succeeded[0]["at"].clone()).expect("a time")
+        })
+        .collect();
+    done.sort();
+    for pair in done.windows(2) {
+        let gap = (pair[1] - pair[0]).num_milliseconds();
+        assert!(gap >= 750, "two calls {gap} ms apart: {done:?}");
+    }
+    // The calls whose token was more than a second away were held back, and said so;
+    // a throttle is no failure: every step succeeded at its first attempt.
+    let throttled: Vec<&Value> = of_type(&events, "run.step_throttled").collect();
+    assert!(!throttled.is_empty(), "{events:?}");
+    assert!(
+        throttled
+            .iter()
+            .all(|t| t["limit"] == "rate:crm" && t["attempt"] == 1)
+    );
+    assert_eq!(of_type(&events, "run.step_failed").count(), 0);
+    let status = s.status(&ran.run_id).await;
+    for region in ["emea", "amer", "apac", "latam"] {
+        assert_eq!(
+            outcomes(&status, &format!("sync_{region}")),
+            vec!["SUCCEEDED"]
+        );
+    }
 }
 
 // ---------------------------------------------------------------- release
