@@ -500,6 +500,37 @@ async fn runs_are_paused_resumed_and_cancelled_over_http(backend: Backend) {
     for run in &waiting {
         run_reaches(&api, &tk.viewer, run, "PAUSED").await;
     }
+    // Started over MCP with a priority of its own: recorded in its start; one out of
+    // range is refused with what the range is, and starts nothing.
+    let by_mcp = mcp_call(
+        &api,
+        &tk.operator,
+        26,
+        "start_run",
+        json!({"workflow": "gated", "priority": 42}),
+    )
+    .await;
+    let started: Vec<awl::log::RecordedEvent> = crate::support::logged(&t.store, "run.started")
+        .await
+        .into_iter()
+        .filter(|e| by_mcp.contains(&e.stream.id))
+        .collect();
+    assert_eq!(started.len(), 1, "{by_mcp}");
+    assert_eq!(started[0].payload["flow"]["priority"], json!(42));
+    let before = crate::support::logged(&t.store, "run.started").await.len();
+    let refused = mcp_call(
+        &api,
+        &tk.operator,
+        27,
+        "start_run",
+        json!({"workflow": "gated", "priority": 5000}),
+    )
+    .await;
+    assert!(refused.contains("-1000 to 1000"), "{refused}");
+    assert_eq!(
+        crate::support::logged(&t.store, "run.started").await.len(),
+        before
+    );
     // Retiring a version: not a viewer's to do; an unknown version is named; retired
     // over MCP, the workflow takes no new runs, and the runs on it are left alone.
     let retire = "/api/v1/workflows/gated/versions/1.0.0/retire";
