@@ -111,6 +111,8 @@ pub enum Permission {
 pub struct Principal {
     pub name: String,
     pub role: Role,
+    /// The team the token acts for.
+    pub team: Option<String>,
 }
 
 impl Principal {
@@ -119,6 +121,7 @@ impl Principal {
         Principal {
             name: "local".into(),
             role: Role::Admin,
+            team: None,
         }
     }
 
@@ -127,7 +130,23 @@ impl Principal {
         Principal {
             name: "anonymous".into(),
             role: Role::Viewer,
+            team: None,
         }
+    }
+
+    /// Whose history this caller's actions belong to and whose learning it sees:
+    /// `team:NAME` for a token of a team, else `user:NAME`.
+    pub fn scope(&self) -> String {
+        match &self.team {
+            Some(team) => format!("team:{team}"),
+            None => format!("user:{}", self.name),
+        }
+    }
+
+    /// Whether this caller sees every scope's learning: an admin (who manages the
+    /// tokens that define scopes) or the local caller when auth is off.
+    pub fn sees_every_scope(&self) -> bool {
+        self.role == Role::Admin
     }
 
     pub fn may(&self, permission: Permission) -> bool {
@@ -167,6 +186,29 @@ pub async fn create_token(
     by: &str,
     now: DateTime<Utc>,
 ) -> Result<(TokenRecord, String), StoreError> {
+    create_team_token(store, name, role, None, by, now).await
+}
+
+/// Create a token that acts for `team` (learning's scope), or for its own name.
+pub async fn create_team_token(
+    store: &EventStore,
+    name: &str,
+    role: Role,
+    team: Option<&str>,
+    by: &str,
+    now: DateTime<Utc>,
+) -> Result<(TokenRecord, String), StoreError> {
+    if let Some(team) = team
+        && (team.is_empty()
+            || team.len() > 100
+            || !team
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(StoreError::Refused(format!(
+            "team {team:?}: 1 to 100 letters, digits, '-', '_' or '.'"
+        )));
+    }
     if role == Role::Agent {
         AgentId::try_from(name).map_err(|e| {
             StoreError::Refused(format!("an agent token is named after its agent: {e}"))
@@ -184,6 +226,7 @@ pub async fn create_token(
         created_by: by.to_string(),
         created_at: now,
         revoked_at: None,
+        team: team.map(str::to_string),
     };
     store.insert_token(&record, &hash_token(&secret)).await?;
     Ok((record, secret))
@@ -219,6 +262,7 @@ impl TokenVerifier {
             Some(Principal {
                 role: r.role.parse().ok()?,
                 name: r.name,
+                team: r.team,
             })
         });
         if let Ok(mut cache) = self.cache.lock() {
@@ -269,12 +313,16 @@ mod tests {
         let p = Principal {
             name: "claude-1".into(),
             role: Role::Agent,
+            team: None,
         };
         assert_eq!(p.agent_id(), Some(AgentId::try_from("claude-1").unwrap()));
         let op = Principal {
             name: "ops".into(),
             role: Role::Operator,
+            team: Some("platform".into()),
         };
+        assert_eq!(p.scope(), "user:claude-1");
+        assert_eq!(op.scope(), "team:platform");
         assert_eq!(op.agent_id(), None);
         assert_eq!(
             "root".parse::<Role>().unwrap_err(),

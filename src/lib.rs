@@ -19,7 +19,8 @@
 //!   roles); [`projections`] (read models and every query of them);
 //! - services, which every interface calls: [`board`] (agents pull tasks), [`runs`]
 //!   (start, read, decide gates, pause, cancel, rerun, replay), [`bulk`] (one action
-//!   over many runs, resumable);
+//!   over many runs, resumable), [`learning`] (workflows proposed from repeated tool
+//!   sequences, approved by a person, suggested for a context);
 //! - carrying runs out: [`executor`] (stateless workers: claim, decide, commit,
 //!   perform) and [`runners`] (one attempt of a step: shell, http, database, notify,
 //!   built-in tools);
@@ -45,6 +46,7 @@ pub mod error;
 pub mod executor;
 pub mod expr;
 pub mod hooks;
+pub mod learning;
 pub mod log;
 pub mod page;
 pub mod projections;

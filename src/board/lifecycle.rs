@@ -108,8 +108,10 @@ impl Board {
                 agent: agent.clone(),
                 name: call.name.clone(),
                 parameters: call.parameters.clone(),
+                output: call.output.clone(),
                 duration_ms: call.duration_ms,
                 success: call.success,
+                scope: call.scope.clone(),
                 at: now,
             },
         )

@@ -107,8 +107,12 @@ pub struct NewTask {
 pub struct ToolCall {
     pub name: String,
     pub parameters: Value,
+    /// What the tool returned, if the agent says.
+    pub output: Option<Value>,
     pub duration_ms: u64,
     pub success: bool,
+    /// Whose history the call belongs to (the reporting token's scope).
+    pub scope: Option<String>,
 }
 
 /// Who is calling: an agent (acting on its own tasks) or a person / awl.

@@ -14,6 +14,7 @@ mod client;
 mod common;
 mod events;
 mod forget;
+mod learn;
 mod list;
 mod output;
 mod pause;
@@ -123,6 +124,12 @@ enum Command {
     /// Move runs that finished before a cutoff out of the hot log into the archive
     /// table (their views, status and history stay readable).
     Archive(archive::ArchiveArgs),
+    /// Learning from history: mining status, proposals (show, approve, reject) and
+    /// the learned workflows' uses.
+    #[command(subcommand)]
+    Learn(learn::LearnCommand),
+    /// The workflows that fit a context (recent tool calls, a prompt, capabilities).
+    Suggest(learn::SuggestArgs),
     /// Print the JSON Schema of workflow files (for editors).
     Schema,
 }
@@ -241,6 +248,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Check(args) => check::check(open(&location, false).await?, args).await,
         Command::Forget(args) => forget::forget(open(&location, true).await?, args).await,
         Command::Archive(args) => archive::archive(open(&location, true).await?, args).await,
+        Command::Learn(command) => learn::learn(open(&location, true).await?, command).await,
+        Command::Suggest(args) => learn::suggest(open(&location, true).await?, args).await,
         Command::Projections(command) => {
             projections::run(open(&location, true).await?, command).await
         }

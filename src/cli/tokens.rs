@@ -4,7 +4,7 @@
 use chrono::Utc;
 use clap::Subcommand;
 
-use crate::auth::{Role, create_token};
+use crate::auth::{Role, create_team_token};
 use crate::store::EventStore;
 
 use super::common::actor;
@@ -19,6 +19,10 @@ pub enum TokenCommand {
         /// admin, operator, agent or viewer.
         #[arg(long)]
         role: Role,
+        /// The team it acts for: learning keeps each team's history, proposals and
+        /// suggestions apart (without one, the token's own name is its scope).
+        #[arg(long)]
+        team: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -33,13 +37,25 @@ pub enum TokenCommand {
 
 pub async fn run(store: EventStore, command: TokenCommand) -> anyhow::Result<()> {
     match command {
-        TokenCommand::Create { name, role, json } => {
-            let (record, token) =
-                create_token(&store, &name, role, &actor(&None), Utc::now()).await?;
+        TokenCommand::Create {
+            name,
+            role,
+            team,
+            json,
+        } => {
+            let (record, token) = create_team_token(
+                &store,
+                &name,
+                role,
+                team.as_deref(),
+                &actor(&None),
+                Utc::now(),
+            )
+            .await?;
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({"token": token, "id": record.id, "name": record.name, "role": record.role})
+                    serde_json::json!({"token": token, "id": record.id, "name": record.name, "role": record.role, "team": record.team})
                 );
             } else {
                 eprintln!(

@@ -25,6 +25,7 @@ pub mod agent;
 pub mod bulk;
 pub mod debounce;
 pub mod ids;
+pub mod learning;
 pub mod rate;
 pub mod run;
 pub mod schedule;

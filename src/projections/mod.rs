@@ -17,6 +17,8 @@ mod agents;
 mod audit;
 mod board;
 mod fold;
+mod learning;
+mod proposals;
 pub mod queries;
 pub mod runner;
 mod runs;
@@ -94,6 +96,8 @@ pub fn all() -> Vec<Arc<dyn Projection>> {
         Arc::new(runs::Runs),
         Arc::new(agents::Agents),
         Arc::new(audit::Audit),
+        Arc::new(learning::Learning::from_env()),
+        Arc::new(proposals::Proposals),
     ]
 }
 

@@ -74,6 +74,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "rate limits",
         include_str!("../../migrations/postgres/0013_rate_limits.sql"),
     ),
+    (
+        14,
+        "token teams",
+        include_str!("../../migrations/postgres/0014_token_teams.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -141,6 +146,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         13,
         "rate limits",
         include_str!("../../migrations/sqlite/0013_rate_limits.sql"),
+    ),
+    (
+        14,
+        "token teams",
+        include_str!("../../migrations/sqlite/0014_token_teams.sql"),
     ),
 ];
 

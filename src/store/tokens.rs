@@ -18,9 +18,11 @@ pub struct TokenRecord {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// The team it acts for (learning's scope), if any.
+    pub team: Option<String>,
 }
 
-const COLUMNS: &str = "id, name, role, created_by, created_at, revoked_at";
+const COLUMNS: &str = "id, name, role, created_by, created_at, revoked_at, team";
 
 impl EventStore {
     /// Store a new token's record and hash. Fails with a conflict if an active token
@@ -29,8 +31,8 @@ impl EventStore {
         let what = format!("storing token {:?}", record.name);
         let result = match self.backend() {
             Backend::Postgres(b) => sqlx::query(
-                "INSERT INTO api_tokens (id, name, role, hash, created_by, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+                "INSERT INTO api_tokens (id, name, role, hash, created_by, created_at, team) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
             )
             .bind(record.id)
             .bind(&record.name)
@@ -38,12 +40,13 @@ impl EventStore {
             .bind(hash)
             .bind(&record.created_by)
             .bind(record.created_at)
+            .bind(&record.team)
             .execute(b.pool())
             .await
             .map(|_| ()),
             Backend::Sqlite(b) => sqlx::query(
-                "INSERT INTO api_tokens (id, name, role, hash, created_by, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO api_tokens (id, name, role, hash, created_by, created_at, team) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )
             .bind(record.id.to_string())
             .bind(&record.name)
@@ -51,6 +54,7 @@ impl EventStore {
             .bind(hash)
             .bind(&record.created_by)
             .bind(record.created_at.timestamp_micros())
+            .bind(&record.team)
             .execute(b.writer())
             .await
             .map(|_| ()),
@@ -153,6 +157,7 @@ impl EventStore {
                             created_by: r.try_get("created_by")?,
                             created_at: r.try_get("created_at")?,
                             revoked_at: r.try_get("revoked_at")?,
+                            team: r.try_get("team")?,
                         })
                     })
                     .collect::<Result<_, sqlx::Error>>()
@@ -182,6 +187,7 @@ impl EventStore {
                             created_at: DateTime::from_timestamp_micros(created)
                                 .unwrap_or_default(),
                             revoked_at: revoked.and_then(DateTime::from_timestamp_micros),
+                            team: r.try_get("team")?,
                         })
                     })
                     .collect::<Result<_, sqlx::Error>>()

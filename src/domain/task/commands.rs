@@ -59,8 +59,12 @@ pub enum TaskCommand {
         agent: AgentId,
         name: String,
         parameters: Value,
+        /// What the tool returned, if the agent says (learning finds data flows in it).
+        output: Option<Value>,
         duration_ms: u64,
         success: bool,
+        /// Whose history the call belongs to (the reporting token's team or user).
+        scope: Option<String>,
         at: DateTime<Utc>,
     },
     AskQuestion {

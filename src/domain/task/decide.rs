@@ -144,8 +144,10 @@ impl Decide for Task {
                 agent,
                 name,
                 parameters,
+                output,
                 duration_ms,
                 success,
+                scope,
                 at,
             } => {
                 check.status_in(&[InProgress, Blocked])?;
@@ -155,8 +157,10 @@ impl Decide for Task {
                     agent_id: agent,
                     name,
                     parameters,
+                    output,
                     duration_ms,
                     success,
+                    scope,
                     at,
                 }
             }

@@ -70,8 +70,15 @@ pub enum TaskEvent {
         agent_id: AgentId,
         name: String,
         parameters: Value,
+        /// What the tool returned, when the agent said (absent before learning read it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<Value>,
         duration_ms: u64,
         success: bool,
+        /// Whose history it belongs to: `team:NAME` or `user:NAME`, from the reporting
+        /// token (absent: the agent's own, `user:AGENT`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
         at: DateTime<Utc>,
     },
     /// The agent is blocked until a person answers its question.

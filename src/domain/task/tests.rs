@@ -135,8 +135,10 @@ fn tool_call_reported(agent: AgentId, at: DateTime<Utc>) -> TaskEvent {
         agent_id: agent,
         name: "cargo_test".into(),
         parameters: json!({"package": "awl"}),
+        output: None,
         duration_ms: 1200,
         success: true,
+        scope: None,
         at,
     }
 }
@@ -248,8 +250,10 @@ fn report_tool_call(agent: AgentId, name: &str, at: DateTime<Utc>) -> TaskComman
         agent,
         name: name.into(),
         parameters: json!({"package": "awl"}),
+        output: None,
         duration_ms: 1200,
         success: true,
+        scope: None,
         at,
     }
 }

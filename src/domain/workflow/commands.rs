@@ -28,7 +28,8 @@ pub enum WorkflowCommand {
         at: DateTime<Utc>,
     },
     /// The learner proposes a workflow found in history. Idempotent per proposal id:
-    /// the same id with the same hash records nothing, whatever became of it.
+    /// the same id with the same hash records nothing, whatever became of it. An open
+    /// proposal of the same scope is superseded by the new one.
     Propose {
         workflow: WorkflowName,
         proposal_id: ProposalId,
@@ -36,12 +37,16 @@ pub enum WorkflowCommand {
         content_hash: ContentHash,
         confidence: f64,
         evidence: Evidence,
+        /// Whose history it was learned from (`team:NAME`, `user:NAME`).
+        scope: Option<String>,
         at: DateTime<Utc>,
     },
     /// A person approves an open proposal: it becomes `version`, runnable, learned.
     ApproveProposal {
         proposal_id: ProposalId,
         version: Version,
+        /// Suggested to every scope, not only the one it was learned from.
+        shared: bool,
         by: String,
         at: DateTime<Utc>,
     },

@@ -64,6 +64,7 @@ impl Decide for WorkflowDefinition {
                 content_hash,
                 confidence,
                 evidence,
+                scope,
                 at,
             } => {
                 self.same_workflow(&workflow, action)?;
@@ -84,20 +85,33 @@ impl Decide for WorkflowDefinition {
                     };
                 }
                 self.not_retired(&check)?;
-                Ok(vec![WorkflowEvent::Proposed {
+                let mut events: Vec<WorkflowEvent> = self
+                    .proposals
+                    .values()
+                    .filter(|p| p.is_open() && p.scope == scope)
+                    .map(|p| WorkflowEvent::ProposalSuperseded {
+                        proposal_id: p.proposal_id,
+                        superseded_by: proposal_id,
+                        at,
+                    })
+                    .collect();
+                events.push(WorkflowEvent::Proposed {
                     workflow: check.workflow,
                     proposal_id,
                     definition,
                     content_hash,
                     confidence,
                     evidence,
+                    scope,
                     at,
-                }])
+                });
+                Ok(events)
             }
 
             WorkflowCommand::ApproveProposal {
                 proposal_id,
                 version,
+                shared,
                 by,
                 at,
             } => {
@@ -116,6 +130,7 @@ impl Decide for WorkflowDefinition {
                     WorkflowEvent::ProposalApproved {
                         proposal_id,
                         version,
+                        shared,
                         by: by.clone(),
                         at,
                     },

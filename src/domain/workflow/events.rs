@@ -41,6 +41,17 @@ pub enum WorkflowEvent {
         content_hash: ContentHash,
         confidence: f64,
         evidence: Evidence,
+        /// Whose history it was learned from (absent in proposals made before scopes).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+        at: DateTime<Utc>,
+    },
+    /// A newer proposal of the same scope replaced an open one (more evidence changed
+    /// the generated file): the old one can no longer be approved.
+    #[serde(rename = "workflow.proposal_superseded")]
+    ProposalSuperseded {
+        proposal_id: ProposalId,
+        superseded_by: ProposalId,
         at: DateTime<Utc>,
     },
     /// A person approved a proposal as `version` (registered by the next event).
@@ -48,6 +59,9 @@ pub enum WorkflowEvent {
     ProposalApproved {
         proposal_id: ProposalId,
         version: Version,
+        /// Suggested to every scope (absent: only to the one it was learned from).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        shared: bool,
         by: String,
         at: DateTime<Utc>,
     },
@@ -94,6 +108,7 @@ impl WorkflowEvent {
         match self {
             Self::VersionRegistered { at, .. }
             | Self::Proposed { at, .. }
+            | Self::ProposalSuperseded { at, .. }
             | Self::ProposalApproved { at, .. }
             | Self::ProposalRejected { at, .. }
             | Self::VersionRetired { at, .. }
@@ -109,6 +124,7 @@ impl DomainEvent for WorkflowEvent {
         match self {
             Self::VersionRegistered { .. } => "workflow.version_registered",
             Self::Proposed { .. } => "workflow.proposed",
+            Self::ProposalSuperseded { .. } => "workflow.proposal_superseded",
             Self::ProposalApproved { .. } => "workflow.proposal_approved",
             Self::ProposalRejected { .. } => "workflow.proposal_rejected",
             Self::VersionRetired { .. } => "workflow.version_retired",

@@ -227,6 +227,7 @@ impl WorkflowDefinition {
                 content_hash,
                 confidence,
                 evidence,
+                scope,
                 at,
             } => {
                 self.name_from(workflow, at);
@@ -238,6 +239,7 @@ impl WorkflowDefinition {
                         content_hash,
                         confidence,
                         evidence,
+                        scope,
                         proposed_at: at,
                         decision: None,
                     },
@@ -246,11 +248,29 @@ impl WorkflowDefinition {
             WorkflowEvent::ProposalApproved {
                 proposal_id,
                 version,
+                shared,
                 by,
                 at,
             } => {
                 if let Some(proposal) = self.proposals.get_mut(&proposal_id) {
-                    proposal.decision = Some(ProposalDecision::Approved { version, by, at });
+                    proposal.decision = Some(ProposalDecision::Approved {
+                        version,
+                        shared,
+                        by,
+                        at,
+                    });
+                }
+            }
+            WorkflowEvent::ProposalSuperseded {
+                proposal_id,
+                superseded_by,
+                at,
+            } => {
+                if let Some(proposal) = self.proposals.get_mut(&proposal_id) {
+                    proposal.decision = Some(ProposalDecision::Superseded {
+                        by_proposal: superseded_by,
+                        at,
+                    });
                 }
             }
             WorkflowEvent::ProposalRejected {

@@ -55,16 +55,19 @@ pub enum ProposalStatus {
     Open,
     Approved,
     Rejected,
+    Superseded,
 }
 
 impl ProposalStatus {
-    pub const ALL: [ProposalStatus; 3] = [Self::Open, Self::Approved, Self::Rejected];
+    pub const ALL: [ProposalStatus; 4] =
+        [Self::Open, Self::Approved, Self::Rejected, Self::Superseded];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Open => "OPEN",
             Self::Approved => "APPROVED",
             Self::Rejected => "REJECTED",
+            Self::Superseded => "SUPERSEDED",
         }
     }
 }
@@ -82,12 +85,20 @@ pub enum ProposalDecision {
     /// It became `version`, with source learned.
     Approved {
         version: Version,
+        /// Suggested to every scope.
+        #[serde(default)]
+        shared: bool,
         by: String,
         at: DateTime<Utc>,
     },
     Rejected {
         by: String,
         reason: String,
+        at: DateTime<Utc>,
+    },
+    /// A newer proposal of the same scope replaced it.
+    Superseded {
+        by_proposal: ProposalId,
         at: DateTime<Utc>,
     },
 }
@@ -97,6 +108,7 @@ impl ProposalDecision {
         match self {
             Self::Approved { .. } => ProposalStatus::Approved,
             Self::Rejected { .. } => ProposalStatus::Rejected,
+            Self::Superseded { .. } => ProposalStatus::Superseded,
         }
     }
 }
@@ -104,11 +116,20 @@ impl ProposalDecision {
 impl fmt::Display for ProposalDecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Approved { version, by, at } => {
-                write!(f, "approved as version {version} by {by} at {at}")
+            Self::Approved {
+                version,
+                shared,
+                by,
+                at,
+            } => {
+                let shared = if *shared { " (shared)" } else { "" };
+                write!(f, "approved as version {version}{shared} by {by} at {at}")
             }
             Self::Rejected { by, reason, at } => {
                 write!(f, "rejected by {by} at {at}: {reason}")
+            }
+            Self::Superseded { by_proposal, at } => {
+                write!(f, "superseded by proposal {by_proposal} at {at}")
             }
         }
     }
@@ -124,6 +145,9 @@ pub struct Proposal {
     /// From 0 to 1.
     pub confidence: f64,
     pub evidence: Evidence,
+    /// Whose history it was learned from.
+    #[serde(default)]
+    pub scope: Option<String>,
     pub proposed_at: DateTime<Utc>,
     /// `None` while the proposal is open.
     pub decision: Option<ProposalDecision>,

@@ -20,7 +20,7 @@ use crate::log::StreamType;
 
 impl Stream for WorkflowEvent {
     type Of = WorkflowDefinition;
-    const VARIANTS: usize = 8;
+    const VARIANTS: usize = 9;
 
     fn variant(&self) -> usize {
         match self {
@@ -32,6 +32,7 @@ impl Stream for WorkflowEvent {
             WorkflowEvent::Retired { .. } => 5,
             WorkflowEvent::Paused { .. } => 6,
             WorkflowEvent::Resumed { .. } => 7,
+            WorkflowEvent::ProposalSuperseded { .. } => 8,
         }
     }
 
@@ -95,6 +96,8 @@ fn evidence() -> Evidence {
         executions: 10,
         example_runs: vec![run(1), run(2)],
         tool_sequence: vec!["git_pull".into(), "cargo_test".into(), "deploy".into()],
+        sessions: vec![],
+        mean_ms: None,
     }
 }
 
@@ -136,6 +139,14 @@ fn proposed(proposal_id: ProposalId, c: char, at: DateTime<Utc>) -> WorkflowEven
         content_hash: hash(c),
         confidence: 0.9,
         evidence: evidence(),
+        scope: None,
+        at,
+    }
+}
+fn superseded(proposal_id: ProposalId, by: ProposalId, at: DateTime<Utc>) -> WorkflowEvent {
+    WorkflowEvent::ProposalSuperseded {
+        proposal_id,
+        superseded_by: by,
         at,
     }
 }
@@ -143,6 +154,7 @@ fn approved(proposal_id: ProposalId, version: Version, at: DateTime<Utc>) -> Wor
     WorkflowEvent::ProposalApproved {
         proposal_id,
         version,
+        shared: false,
         by: "bob".into(),
         at,
     }
@@ -224,6 +236,7 @@ fn propose_with(
         content_hash: hash(c),
         confidence,
         evidence,
+        scope: None,
         at,
     }
 }
@@ -239,6 +252,7 @@ fn approve_by(
     WorkflowCommand::ApproveProposal {
         proposal_id,
         version,
+        shared: false,
         by: by.into(),
         at,
     }
@@ -428,6 +442,7 @@ fn p1_approved(action: WorkflowAction) -> Then {
         action,
         decision: ProposalDecision::Approved {
             version: v2(),
+            shared: false,
             by: "bob".into(),
             at: t(2),
         },
@@ -537,24 +552,52 @@ fn legal_transitions() {
             Ok(vec![proposed(p1(), 'd', now)]),
         ),
         case(
-            "a second proposal with the same definition under a new id",
+            "a second proposal with the same definition under a new id supersedes the first",
             path(State::Proposed),
             propose(p2(), 'd', now),
-            Ok(vec![proposed(p2(), 'd', now)]),
+            Ok(vec![superseded(p1(), p2(), now), proposed(p2(), 'd', now)]),
         ),
         case(
-            "a proposal at the bounds of confidence (0)",
-            path(State::Registered),
-            propose_with(deploy(), p2(), def('e'), 'e', 0.0, evidence(), now),
+            "a proposal of another scope leaves the open one be",
+            path(State::Proposed),
+            WorkflowCommand::Propose {
+                workflow: deploy(),
+                proposal_id: p2(),
+                definition: def('e'),
+                content_hash: hash('e'),
+                confidence: 0.9,
+                evidence: evidence(),
+                scope: Some("team:other".into()),
+                at: now,
+            },
             Ok(vec![WorkflowEvent::Proposed {
                 workflow: deploy(),
                 proposal_id: p2(),
                 definition: def('e'),
                 content_hash: hash('e'),
-                confidence: 0.0,
+                confidence: 0.9,
                 evidence: evidence(),
+                scope: Some("team:other".into()),
                 at: now,
             }]),
+        ),
+        case(
+            "a proposal at the bounds of confidence (0)",
+            path(State::Registered),
+            propose_with(deploy(), p2(), def('e'), 'e', 0.0, evidence(), now),
+            Ok(vec![
+                superseded(p1(), p2(), now),
+                WorkflowEvent::Proposed {
+                    workflow: deploy(),
+                    proposal_id: p2(),
+                    definition: def('e'),
+                    content_hash: hash('e'),
+                    confidence: 0.0,
+                    evidence: evidence(),
+                    scope: None,
+                    at: now,
+                },
+            ]),
         ),
         case(
             "a proposal at the bounds of confidence (1), every execution successful, no \
@@ -571,23 +614,31 @@ fn legal_transitions() {
                     executions: 3,
                     example_runs: vec![],
                     tool_sequence: vec![],
+                    sessions: vec![],
+                    mean_ms: None,
                 },
                 now,
             ),
-            Ok(vec![WorkflowEvent::Proposed {
-                workflow: deploy(),
-                proposal_id: p2(),
-                definition: def('e'),
-                content_hash: hash('e'),
-                confidence: 1.0,
-                evidence: Evidence {
-                    successes: 3,
-                    executions: 3,
-                    example_runs: vec![],
-                    tool_sequence: vec![],
+            Ok(vec![
+                superseded(p1(), p2(), now),
+                WorkflowEvent::Proposed {
+                    workflow: deploy(),
+                    proposal_id: p2(),
+                    definition: def('e'),
+                    content_hash: hash('e'),
+                    confidence: 1.0,
+                    evidence: Evidence {
+                        successes: 3,
+                        executions: 3,
+                        example_runs: vec![],
+                        tool_sequence: vec![],
+                        sessions: vec![],
+                        mean_ms: None,
+                    },
+                    scope: None,
+                    at: now,
                 },
-                at: now,
-            }]),
+            ]),
         ),
         case(
             "re-proposing an open proposal records nothing",
@@ -870,6 +921,8 @@ fn refusals_by_data() {
                 executions,
                 example_runs: vec![run(1)],
                 tool_sequence: tools.iter().map(|s| s.to_string()).collect(),
+                sessions: vec![],
+                mean_ms: None,
             },
             now,
         )
@@ -1063,9 +1116,12 @@ fn rows() -> Vec<Row> {
             name: "propose p2",
             when: propose(p2(), 'e', now()),
             then: |state| match state {
-                New | Proposed | Registered | Approved | Rejected | VersionRetired => {
-                    Ok(vec![proposed(p2(), 'e', now())])
-                }
+                New | Approved | Rejected => Ok(vec![proposed(p2(), 'e', now())]),
+                // p1 is open: the newer proposal of the same scope supersedes it.
+                Proposed | Registered | VersionRetired => Ok(vec![
+                    superseded(p1(), p2(), now()),
+                    proposed(p2(), 'e', now()),
+                ]),
                 WorkflowRetired => workflow_retired(A::Propose),
             },
         },
@@ -1560,7 +1616,7 @@ fn the_state_round_trips_through_serde() {
     }
     assert_eq!(
         serde_json::to_value(ProposalStatus::ALL).unwrap(),
-        json!(["OPEN", "APPROVED", "REJECTED"])
+        json!(["OPEN", "APPROVED", "REJECTED", "SUPERSEDED"])
     );
 }
 
@@ -1836,6 +1892,8 @@ fn errors_say_what_and_why() {
                     executions: 3,
                     example_runs: vec![],
                     tool_sequence: vec![],
+                    sessions: vec![],
+                    mean_ms: None,
                 },
                 now,
             ),
@@ -1919,6 +1977,7 @@ fn every_event() -> Vec<WorkflowEvent> {
         registered(v1(), 'a', t(0)),
         proposed(p1(), 'd', t(1)),
         rejected(p1(), t(3)),
+        superseded(p1(), p2(), t(3)),
         version_retired(v1(), t(4)),
         retired(t(5)),
         paused(t(6)),
@@ -1999,6 +2058,14 @@ fn payloads_read_as_documented() {
                 "proposal_id": p1_id,
                 "by": "bob",
                 "reason": "too specific",
+                "at": "2025-01-01T12:00:03Z",
+            }}),
+        ),
+        (
+            superseded(p1(), p2(), t(3)),
+            json!({"workflow.proposal_superseded": {
+                "proposal_id": p1_id,
+                "superseded_by": p2().to_string(),
                 "at": "2025-01-01T12:00:03Z",
             }}),
         ),

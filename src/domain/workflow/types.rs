@@ -236,4 +236,10 @@ pub struct Evidence {
     pub example_runs: Vec<RunId>,
     /// The tool names of the pattern, in order.
     pub tool_sequence: Vec<String>,
+    /// Sessions (`task:ID`, `run:ID`) in which it succeeded, as examples.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<String>,
+    /// How long a successful execution took by hand, on average.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_ms: Option<u64>,
 }

@@ -44,6 +44,10 @@ pub struct ToolCallParams {
     /// The arguments it was called with.
     #[serde(default)]
     pub parameters: Value,
+    /// What the tool returned (optional: learning finds where later calls' arguments
+    /// came from in it).
+    #[serde(default)]
+    pub output: Option<Value>,
     #[serde(default)]
     pub duration_ms: u64,
     pub success: bool,
@@ -55,6 +59,7 @@ impl ToolCallParams {
             agent_id: self.agent_id,
             name: self.name,
             parameters: self.parameters,
+            output: self.output,
             duration_ms: self.duration_ms,
             success: self.success,
         }

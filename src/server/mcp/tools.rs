@@ -133,7 +133,7 @@ impl AwlMcp {
         Ok(Json(
             self.app
                 .board
-                .tool_call(task, &agent, p.into_request().into())
+                .tool_call(task, &agent, p.into_request().into_call(who.scope()))
                 .await?,
         ))
     }

@@ -108,7 +108,7 @@ pub async fn tool_call(
     let agent = acting_agent(&who, req.agent_id.as_deref())?;
     Ok(Json(
         app.board
-            .tool_call(task_id(&id)?, &agent, req.into())
+            .tool_call(task_id(&id)?, &agent, req.into_call(who.scope()))
             .await?,
     ))
 }

@@ -9,6 +9,7 @@ fn token(name: &str) -> Principal {
     Principal {
         name: name.into(),
         role: Role::Agent,
+        team: None,
     }
 }
 

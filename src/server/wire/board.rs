@@ -94,6 +94,10 @@ pub struct ToolCallRequest {
     pub name: String,
     #[serde(default)]
     pub parameters: Value,
+    /// What the tool returned (optional; learning finds data flowing from it into
+    /// later calls' arguments; kept when at most 4 KB).
+    #[serde(default)]
+    pub output: Option<Value>,
     #[serde(default)]
     pub duration_ms: u64,
     pub success: bool,
@@ -198,13 +202,16 @@ impl TryFrom<SendTaskRequest> for NewTask {
     }
 }
 
-impl From<ToolCallRequest> for ToolCall {
-    fn from(r: ToolCallRequest) -> Self {
+impl ToolCallRequest {
+    /// The call, recorded in `scope` (the caller's).
+    pub fn into_call(self, scope: String) -> ToolCall {
         ToolCall {
-            name: r.name,
-            parameters: r.parameters,
-            duration_ms: r.duration_ms,
-            success: r.success,
+            name: self.name,
+            parameters: self.parameters,
+            output: self.output,
+            duration_ms: self.duration_ms,
+            success: self.success,
+            scope: Some(scope),
         }
     }
 }

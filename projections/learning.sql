@@ -1,0 +1,35 @@
+CREATE TABLE {tool_calls} (
+    position     BIGINT PRIMARY KEY,
+    scope        TEXT NOT NULL,
+    session      TEXT NOT NULL,
+    actor        TEXT NOT NULL,
+    tool         TEXT NOT NULL,
+    shape        TEXT NOT NULL,
+    args         TEXT NOT NULL,
+    has_output   BIGINT NOT NULL,
+    success      BIGINT NOT NULL,
+    duration_ms  BIGINT NOT NULL,
+    at           BIGINT NOT NULL
+);
+CREATE INDEX {tool_calls}_session ON {tool_calls} (session, position);
+CREATE INDEX {tool_calls}_scope ON {tool_calls} (scope, at);
+
+CREATE TABLE {tool_tails} (
+    session      TEXT PRIMARY KEY,
+    calls        TEXT NOT NULL
+);
+
+CREATE TABLE {tool_patterns} (
+    pattern_key  TEXT PRIMARY KEY,
+    scope        TEXT NOT NULL,
+    signature    TEXT NOT NULL,
+    length       BIGINT NOT NULL,
+    executions   BIGINT NOT NULL,
+    successes    BIGINT NOT NULL,
+    sessions     BIGINT NOT NULL,
+    confidence   DOUBLE PRECISION NOT NULL,
+    first_at     BIGINT NOT NULL,
+    last_at      BIGINT NOT NULL,
+    pattern      TEXT NOT NULL
+);
+CREATE INDEX {tool_patterns}_support ON {tool_patterns} (scope, successes);

@@ -1,0 +1,105 @@
+use std::path::Path;
+
+use chrono::{Duration, TimeZone, Utc};
+use serde_json::{Value, json};
+
+use crate::domain::learning::{Call, MiningConfig, Pattern, Tail};
+
+use super::generate::{definition, to_yaml, workflow_name};
+
+/// The pattern of `sessions` runs of echo (a message that varies) → noop (given the
+/// echoed message) → an agent's `label` tool (a constant label).
+fn pattern(sessions: usize) -> Pattern {
+    let config = MiningConfig::default();
+    let mut found: Option<Pattern> = None;
+    for n in 0..sessions {
+        let base =
+            Utc.with_ymd_and_hms(2026, 11, 25, 9, 0, 0).unwrap() + Duration::minutes(10 * n as i64);
+        let message = format!("ticket-{n}");
+        let calls = [
+            Call::new(
+                "echo",
+                json!({"message": message}),
+                Some(json!({"message": message})),
+                true,
+                5,
+                base,
+            ),
+            Call::new(
+                "noop",
+                json!({"ticket": message}),
+                Some(json!({"ticket": message})),
+                true,
+                5,
+                base + Duration::seconds(1),
+            ),
+            Call::new(
+                "label",
+                json!({"ticket": message, "label": "triaged"}),
+                None,
+                true,
+                5,
+                base + Duration::seconds(2),
+            ),
+        ];
+        let mut tail = Tail::default();
+        for c in calls {
+            for o in tail.push(c, &config) {
+                match &mut found {
+                    Some(p) => p.add(&o, &format!("task:{n}")),
+                    None => found = Some(Pattern::first(&o, &format!("task:{n}"))),
+                }
+            }
+        }
+    }
+    found.expect("a pattern")
+}
+
+#[test]
+fn a_learned_file_passes_awl_validate_with_inputs_constants_and_flows() {
+    let p = pattern(3);
+    let name = workflow_name("team:alpha", &p.tools);
+    assert!(name.starts_with("learned-echo-noop-label-"), "{name}");
+    let def = Value::Object(definition(&name, "1.0.0", "team:alpha", &p));
+    let file = to_yaml(&def, &["a header".to_string()]);
+    let checked = crate::workflow::validate::check(Path::new("learned.awl.yaml"), &file)
+        .unwrap_or_else(|d| panic!("{d}\n---\n{file}"));
+    assert_eq!(checked.json["inputs"], def["inputs"], "the YAML reads back");
+    assert_eq!(
+        checked.json["steps"][2], def["steps"][2],
+        "the YAML reads back"
+    );
+    assert_eq!(
+        checked.json["steps"][0]["type"], "tool",
+        "as validation completes it"
+    );
+    let steps = def["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["tool"], "echo");
+    assert_eq!(
+        steps[0]["inputs"]["message"],
+        "${{ inputs.s1_echo_message }}"
+    );
+    assert_eq!(def["inputs"]["s1_echo_message"]["type"], "string");
+    assert_eq!(
+        steps[1]["inputs"]["ticket"], "${{ steps.s1_echo.outputs.message }}",
+        "the echoed message flows into noop"
+    );
+    assert_eq!(steps[2]["type"], "agent", "label is no tool of awl's");
+    assert_eq!(steps[2]["capabilities"], json!(["tool:label"]));
+    let prompt = steps[2]["prompt"].as_str().unwrap();
+    assert!(prompt.contains("- label: triaged"), "{prompt}");
+    assert!(
+        prompt.contains("- ticket: ${{ steps.s2_noop.outputs.ticket }}"),
+        "{prompt}"
+    );
+}
+
+#[test]
+fn names_are_readable_and_differ_by_scope() {
+    let tools: Vec<String> = ["Search Code", "read_file", "x"].map(String::from).to_vec();
+    let a = workflow_name("team:a", &tools);
+    let b = workflow_name("team:b", &tools);
+    assert!(a.starts_with("learned-search-code-read-file-x-"), "{a}");
+    assert_ne!(a, b);
+    crate::domain::ids::WorkflowName::try_from(a.as_str()).expect("a valid name");
+}
