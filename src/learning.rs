@@ -594,8 +594,8 @@ impl Learner {
                 .store
                 .query_rows(
                     "SELECT count(*) AS runs, \
-                     sum(CASE WHEN status = 'SUCCEEDED' THEN 1 ELSE 0 END) AS succeeded, \
-                     avg(duration_ms) AS mean_ms \
+                     CAST(sum(CASE WHEN status = 'SUCCEEDED' THEN 1 ELSE 0 END) AS BIGINT) \
+                     AS succeeded, CAST(avg(duration_ms) AS DOUBLE PRECISION) AS mean_ms \
                      FROM runs WHERE workflow = ?",
                     &[Param::from(p.workflow.clone())],
                 )

@@ -18,7 +18,8 @@ pub enum ProjectionsCommand {
     },
     /// Rebuild one projection (or all) from position 0, then swap it in.
     Rebuild {
-        /// board, runs, agents or audit; all of them without a name.
+        /// board, runs, agents, audit, learning or proposals; all of them without a
+        /// name.
         name: Option<String>,
     },
 }

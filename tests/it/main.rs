@@ -26,6 +26,7 @@ mod faults;
 mod flow;
 mod golden;
 mod hooks;
+mod learning;
 mod mcp;
 mod observability;
 mod projections;
