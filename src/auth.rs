@@ -143,12 +143,6 @@ impl Principal {
         }
     }
 
-    /// Whether this caller sees every scope's learning: an admin (who manages the
-    /// tokens that define scopes) or the local caller when auth is off.
-    pub fn sees_every_scope(&self) -> bool {
-        self.role == Role::Admin
-    }
-
     pub fn may(&self, permission: Permission) -> bool {
         self.role.allows(permission)
     }

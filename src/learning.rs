@@ -317,27 +317,18 @@ impl Learner {
                 })?;
         let hash = definitions::content_hash(&checked.json);
         // The same file for the same sequence in the same scope is the same proposal,
-        // whatever version number it would be given.
-        let mut unversioned = checked.json.clone();
-        if let Value::Object(map) = &mut unversioned {
-            map.remove("version");
-        }
-        let seed = format!(
-            "{scope}\n{}\n{}",
-            crate::domain::learning::signature(&pattern.tools),
-            definitions::content_hash(&unversioned)
-        );
+        // whatever version number it would be given: proposed once, whatever a person
+        // decided of it.
+        let content = hash_without_version(&checked.json);
         if state.proposals().any(|p| {
-            p.scope.as_deref() == Some(scope) && {
-                let mut old = p.definition.clone();
-                if let Value::Object(map) = &mut old {
-                    map.remove("version");
-                }
-                definitions::content_hash(&old) == definitions::content_hash(&unversioned)
-            }
+            p.scope.as_deref() == Some(scope) && hash_without_version(&p.definition) == content
         }) {
             return Ok(None);
         }
+        let seed = format!(
+            "{scope}\n{}\n{content}",
+            crate::domain::learning::signature(&pattern.tools),
+        );
         let proposal_id = ProposalId::from_uuid(Uuid::new_v5(&PROPOSAL_NAMESPACE, seed.as_bytes()));
         let evidence = Evidence {
             successes: u32::try_from(pattern.successes).unwrap_or(u32::MAX),
@@ -620,6 +611,15 @@ impl Learner {
         }
         Ok(out)
     }
+}
+
+/// A definition's content hash, its version number left out.
+fn hash_without_version(definition: &Value) -> String {
+    let mut unversioned = definition.clone();
+    if let Value::Object(map) = &mut unversioned {
+        map.remove("version");
+    }
+    definitions::content_hash(&unversioned)
 }
 
 #[allow(clippy::too_many_arguments)]

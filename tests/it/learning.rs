@@ -167,11 +167,34 @@ async fn repeated_tool_calls_become_a_workflow_a_person_approves_and_runs(backen
     assert!(learner.proposals(&beta, None).await.unwrap().is_empty());
     assert!(learner.proposal(&beta, &id).await.is_err());
 
-    // Not runnable before a person approves it.
+    // Not runnable before a person approves it: no version is registered.
+    let versions = |state: &awl::domain::workflow::WorkflowDefinition| {
+        state
+            .versions()
+            .map(|v| {
+                (
+                    v.version.to_string(),
+                    v.source.is_learned(),
+                    v.registered_by.clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = awl::definitions::catalog::load(&t.store, &workflow)
+        .await
+        .unwrap();
+    assert!(versions(&before).is_empty());
     let early = awl.output(&["learn", "reject", &id, "--reason", ""]).await;
     assert!(!early.status.success(), "a rejection needs a reason");
     let approved = awl.ok(&["learn", "approve", &id, "--by", "ada"]).await;
     assert!(approved.contains(&workflow), "{approved}");
+    let after = awl::definitions::catalog::load(&t.store, &workflow)
+        .await
+        .unwrap();
+    assert_eq!(
+        versions(&after),
+        [("1.0.0".to_string(), true, "ada".to_string())]
+    );
     let twice = awl.output(&["learn", "approve", &id]).await;
     assert!(!twice.status.success());
     assert!(String::from_utf8_lossy(&twice.stderr).contains("APPROVED"));
