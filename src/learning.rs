@@ -128,7 +128,7 @@ impl Viewer {
 }
 
 /// A proposal as the inbox shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ProposalView {
     pub proposal_id: String,
     pub workflow: String,
@@ -156,7 +156,7 @@ pub struct ProposalView {
 }
 
 /// What proposing found and did.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct ProposeReport {
     /// Sequences strong enough to propose.
     pub candidates: usize,
@@ -167,7 +167,7 @@ pub struct ProposeReport {
 }
 
 /// The learner's state, for `awl learn status`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct LearnStatus {
     pub tool_calls: i64,
     pub sessions: i64,
@@ -178,7 +178,7 @@ pub struct LearnStatus {
 }
 
 /// One suggested workflow.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Suggestion {
     pub workflow: String,
     pub version: String,
@@ -193,7 +193,7 @@ pub struct Suggestion {
 }
 
 /// A learned workflow's uses against the manual sequences it replaced.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct LearnedUse {
     pub workflow: String,
     pub scope: String,
@@ -350,6 +350,32 @@ impl Learner {
         )?;
         workflow_command(&self.store, &name, by, command).await?;
         Ok(Some(proposal_id.to_string()))
+    }
+
+    /// Propose every `every` until `stop` says so: what mining found becomes proposals
+    /// without anyone asking. Several servers may do it at once (a proposal's id is
+    /// derived from what it proposes, so it is recorded once).
+    pub async fn propose_every(
+        &self,
+        every: std::time::Duration,
+        clock: crate::clock::Clock,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        loop {
+            match self.propose("awl", clock()).await {
+                Ok(report) if !report.proposed.is_empty() => {
+                    tracing::info!(proposed = ?report.proposed, "learned workflows proposed");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "proposing learned workflows failed; trying again")
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+        }
     }
 
     /// The proposals a viewer sees, newest first, optionally of one status.

@@ -89,6 +89,16 @@ pub struct ServeArgs {
     /// `/ready` fails when a projection is more than this many events behind the log.
     #[arg(long, default_value_t = 10_000)]
     ready_max_lag: i64,
+    /// Propose what mining found every this many seconds (0: only when asked, with
+    /// `awl learn mine` or `POST /api/v1/learn/mine`).
+    #[arg(long, env = "AWL_LEARN_EVERY", default_value_t = 5)]
+    learn_every: u64,
+    /// Successful executions a tool sequence needs before it is proposed.
+    #[arg(long, env = "AWL_LEARN_MIN_SUCCESSES", default_value_t = 3)]
+    learn_min_successes: u64,
+    /// Successes over executions a tool sequence needs before it is proposed (0 to 1).
+    #[arg(long, env = "AWL_LEARN_MIN_CONFIDENCE", default_value_t = 0.8)]
+    learn_min_confidence: f64,
 }
 
 pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
@@ -108,6 +118,17 @@ pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
     config.allowed_origins = server::origin::AllowedOrigins::new(&args.allowed_origins)?;
     config.retention = retention(&args)?;
     config.scheduler = !args.no_scheduler;
+    if !(0.0..=1.0).contains(&args.learn_min_confidence) || args.learn_min_successes == 0 {
+        anyhow::bail!(
+            "--learn-min-confidence must be between 0 and 1 and --learn-min-successes at \
+             least 1 (got {} and {})",
+            args.learn_min_confidence,
+            args.learn_min_successes
+        );
+    }
+    config.learn.min_successes = args.learn_min_successes;
+    config.learn.min_confidence = args.learn_min_confidence;
+    config.learn_every = (args.learn_every > 0).then(|| Duration::from_secs(args.learn_every));
     if !args.no_worker {
         let mut worker = WorkerConfig::new(owner("serve"));
         worker.env = allowed_env(&args.env_allow);

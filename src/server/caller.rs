@@ -11,12 +11,23 @@ use crate::auth::{Principal, Role};
 use crate::board::{Caller, TaskQuery};
 use crate::domain::ids::{AgentId, GateId, IdError, IdempotencyKey, RunId, TaskId};
 use crate::domain::task::TaskStatus;
+use crate::learning::Viewer;
 use crate::page::Cursor;
 
 use super::error::ApiError;
 use super::wire::TaskListParams;
 
 type Api<T> = Result<T, ApiError>;
+
+/// Whose learning a caller sees: an admin every scope's, anyone else its token's
+/// (`team:NAME` or `user:NAME`).
+pub fn viewer(who: &Principal) -> Viewer {
+    if who.role == Role::Admin {
+        Viewer::All
+    } else {
+        Viewer::Scope(who.scope())
+    }
+}
 
 /// The agent a call acts for: an agent token's own name (a different `agent_id` is
 /// refused), or the `agent_id` given by an admin.

@@ -63,6 +63,9 @@ pub struct AppState {
     pub bulk: crate::bulk::BulkActions,
     pub schedules: crate::schedules::Schedules,
     pub hooks: crate::hooks::Hooks,
+    pub learner: crate::learning::Learner,
+    /// The time decisions record.
+    pub clock: Clock,
     pub auth_on: bool,
     /// The OpenAPI document of the route table.
     pub openapi: Arc<serde_json::Value>,
@@ -99,6 +102,11 @@ pub struct ServeConfig {
     pub scheduler: bool,
     /// Where webhook secrets come from (the process environment by default).
     pub hook_secrets: crate::hooks::SecretSource,
+    /// The learner's thresholds.
+    pub learn: crate::learning::LearnConfig,
+    /// How often the learner proposes what mining found (`None`: only when asked,
+    /// with `awl learn mine` or `POST /api/v1/learn/mine`).
+    pub learn_every: Option<Duration>,
 }
 
 impl ServeConfig {
@@ -117,6 +125,8 @@ impl ServeConfig {
             retention: None,
             scheduler: true,
             hook_secrets: crate::hooks::environment(),
+            learn: crate::learning::LearnConfig::default(),
+            learn_every: Some(Duration::from_secs(5)),
         }
     }
 }
@@ -213,6 +223,8 @@ pub async fn start(
         bulk: crate::bulk::BulkActions::new(store.clone(), clock.clone()),
         schedules: crate::schedules::Schedules::new(store.clone(), clock.clone()),
         hooks: crate::hooks::Hooks::new(store.clone(), clock.clone(), config.hook_secrets.clone()),
+        learner: crate::learning::Learner::new(store.clone(), config.learn.clone()),
+        clock: clock.clone(),
         auth_on,
         openapi: Arc::new(openapi::document(&routes())),
         ready_max_lag: config.ready_max_lag,
@@ -265,6 +277,11 @@ pub async fn start(
         ));
         let stop = stop_rx.clone();
         tokio::spawn(async move { scheduler.run(stop).await });
+    }
+    if let Some(every) = config.learn_every {
+        let learner = crate::learning::Learner::new(store.clone(), config.learn.clone());
+        let (clock, stop) = (clock.clone(), stop_rx.clone());
+        tokio::spawn(async move { learner.propose_every(every, clock, stop).await });
     }
     let worker = config.worker.clone().map(|wc| {
         let worker = Worker::new(store.clone(), runners, wc, clock.clone());

@@ -16,7 +16,7 @@ use crate::projections::queries::*;
 use super::AppState;
 use super::dashboard;
 use super::rest::meta::{Health, Readiness};
-use super::rest::{agents, hooks, live, meta, runs, schedules, tasks, tokens, views};
+use super::rest::{agents, hooks, learning, live, meta, runs, schedules, tasks, tokens, views};
 use super::wire::*;
 
 type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
@@ -154,9 +154,19 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(GET "/api/v1/views/analytics/agents", Read, "views", "Per agent: tasks done and failed, review round trips, mean task time.", views::agent_analytics, req: None, res: Some(s::<Vec<AgentStats>>), 200),
         route!(GET "/api/v1/events/stream", Read, "live", "The log as Server-Sent Events (id = position; resume with Last-Event-ID).", live::log_stream, req: None, res: None, 200,
             query: &[("after", "Start after this position (default: the head)"), ("stream_type", "Comma-separated stream types")]),
-        route!(GET "/api/v1/views/{view}/stream", Read, "live", "A view's changes as Server-Sent Events, each sent once the view's projection applied it (board, runs, inbox, timeline, analytics, agents, audit).", live::view_stream, req: None, res: None, 200,
+        route!(GET "/api/v1/views/{view}/stream", Read, "live", "A view's changes as Server-Sent Events, each sent once the view's projection applied it (board, runs, inbox, timeline, analytics, agents, audit, learned).", live::view_stream, req: None, res: None, 200,
             query: &[("after", "Start after this position (default: the head)")]),
         route!(GET "/api/v1/projections", Read, "views", "Each projection's version, checkpoint and lag.", views::projections, req: None, res: Some(s::<Vec<crate::projections::ProjectionStatus>>), 200),
+        // learning
+        route!(GET "/api/v1/learn/status", Read, "learning", "How far mining got: tool calls observed, sessions, patterns, proposals by status, the thresholds.", learning::status, req: None, res: Some(s::<crate::learning::LearnStatus>), 200),
+        route!(POST "/api/v1/learn/mine", Operate, "learning", "Propose now what mining found (the server also does it every few seconds); says what was proposed.", learning::mine, req: None, res: Some(s::<crate::learning::ProposeReport>), 200),
+        route!(GET "/api/v1/learn/proposals", Read, "learning", "The proposals of the caller's scope (an admin: every scope), newest first, each with its generated file and evidence.", learning::proposals, req: None, res: Some(s::<Vec<crate::learning::ProposalView>>), 200,
+            query: &[("status", "OPEN, APPROVED, REJECTED or SUPERSEDED")]),
+        route!(GET "/api/v1/learn/proposals/{proposal_id}", Read, "learning", "One proposal of the caller's scope: the generated file, the evidence, the decision.", learning::proposal, req: None, res: Some(s::<crate::learning::ProposalView>), 200),
+        route!(POST "/api/v1/learn/proposals/{proposal_id}/approve", Operate, "learning", "Approve an open proposal (a person only: an agent token is refused): its workflow becomes a registered, runnable learned version; shared suggests it to every scope.", learning::approve, req: Some(s::<ApproveProposalRequest>), res: Some(s::<crate::learning::ProposalView>), 200),
+        route!(POST "/api/v1/learn/proposals/{proposal_id}/reject", Operate, "learning", "Reject an open proposal, with a reason.", learning::reject, req: Some(s::<RejectProposalRequest>), res: Some(s::<crate::learning::ProposalView>), 200),
+        route!(GET "/api/v1/learn/uses", Read, "learning", "Each approved learned workflow of the caller's scope: runs, success rate, mean run time against the manual sequences it replaced.", learning::uses, req: None, res: Some(s::<Vec<crate::learning::LearnedUse>>), 200),
+        route!(POST "/api/v1/suggest", Connect, "learning", "The workflows that fit a context (recent tool calls, a prompt, capabilities), best first, each with why: submitted ones first, then learned ones of the caller's scope or shared above the confidence threshold. Any token, agents' included.", learning::suggest, req: Some(s::<SuggestRequest>), res: Some(s::<SuggestionList>), 200),
         // tokens
         route!(GET "/api/v1/tokens", Admin, "tokens", "Every token (never the secrets).", tokens::list, req: None, res: Some(s::<Vec<TokenView>>), 200),
         route!(POST "/api/v1/tokens", Admin, "tokens", "Create a token; the secret is in this answer only.", tokens::create, req: Some(s::<CreateTokenRequest>), res: Some(s::<CreatedToken>), 201),

@@ -5,19 +5,25 @@
 // without a reload, approves the run's gate by clicking, and sees the run finish;
 // reruns it from its last step, and pauses, resumes and cancels another run with the
 // buttons on its timeline; pauses and resumes the whole workflow from the Workflows tab.
+// With AWL_AGENT_TOKEN (an agent of the operator's team), the agent repeats two tool
+// sequences; the server's learner proposes both, and the Learned tab approves one and
+// rejects the other with clicks.
 // Any failed check exits non-zero with a message.
 import { chromium } from "playwright-core";
 
 const url = process.env.AWL_URL;
 const token = process.env.AWL_TOKEN;
+const agentToken = process.env.AWL_AGENT_TOKEN;
 const shots = process.env.AWL_SCREENSHOTS;
 const fail = (message) => { console.error("dashboard test failed: " + message); process.exit(1); };
-if (!url || !token || !shots || !process.env.AWL_CHROMIUM) fail("set AWL_URL, AWL_TOKEN, AWL_SCREENSHOTS and AWL_CHROMIUM");
+if (!url || !token || !agentToken || !shots || !process.env.AWL_CHROMIUM) {
+  fail("set AWL_URL, AWL_TOKEN, AWL_AGENT_TOKEN, AWL_SCREENSHOTS and AWL_CHROMIUM");
+}
 
-async function api(method, path, body) {
+async function api(method, path, body, as) {
   const response = await fetch(url + path, {
     method,
-    headers: { "authorization": "Bearer " + token, "content-type": "application/json" },
+    headers: { "authorization": "Bearer " + (as || token), "content-type": "application/json" },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const json = await response.json();
@@ -168,6 +174,60 @@ page.once("dialog", (dialog) => dialog.accept());
 await page.click("#bulk-apply");
 await step("the bulk rerun completes", () => page.waitForSelector("#bulk-status:has-text('rerun: 2 of 2 done (2 acted on')", { timeout: 20000 }));
 await step("the reruns wait at their gates", () => page.waitForSelector("#inbox-count:has-text('2')", { timeout: 20000 }));
+
+// Learning: the team's agent does two sequences of tool calls three times each, one task
+// per time; the server's learner proposes both.
+const agent = await api("POST", "/api/v1/agents", { capabilities: ["triage"] }, agentToken);
+const SEQUENCES = {
+  file: (t) => [["echo", { message: t }, { message: t }], ["noop", { ticket: t, queue: "triage" }, { ticket: t }], ["noop", { ticket: t, done: true }, { ticket: t }]],
+  close: (t) => [["noop", { ticket: t }, { ticket: t }], ["echo", { message: "closing " + t }, { message: "closing " + t }], ["echo", { message: "closed" }, { message: "closed" }]],
+};
+for (const [kind, calls] of Object.entries(SEQUENCES)) {
+  for (let n = 0; n < 3; n++) {
+    const ticket = `${kind.toUpperCase()}-${n}`;
+    const task = await api("POST", "/api/v1/tasks", { prompt: `${kind} ${ticket}`, capabilities: ["triage"] });
+    const got = await api("POST", `/api/v1/agents/${agent.agent_id}/wait`, { timeout_seconds: 10 }, agentToken);
+    if (!got.task || got.task.task_id !== task.task_id) fail(`the agent was not given ${ticket}: ${JSON.stringify(got)}`);
+    await api("POST", `/api/v1/tasks/${task.task_id}/ack`, {}, agentToken);
+    for (const [name, parameters, output] of calls(ticket)) {
+      await api("POST", `/api/v1/tasks/${task.task_id}/tool-calls`, { name, parameters, output, duration_ms: 5, success: true }, agentToken);
+    }
+    await api("POST", `/api/v1/tasks/${task.task_id}/complete`, { result: { ticket } }, agentToken);
+  }
+}
+await page.click("#tabs button[data-tab=learned]");
+const filing = ".proposal:has-text('echo → noop → noop')";
+const closing = ".proposal:has-text('noop → echo → echo')";
+await step("the learner proposes both sequences", async () => {
+  await page.waitForSelector(`${filing} button.approve`, { timeout: 20000 });
+  await page.waitForSelector(`${closing} button.reject`, { timeout: 20000 });
+  await page.waitForSelector("#learned-count:has-text('2')", { timeout: 10000 });
+});
+await step("a proposal shows its evidence and its file", async () => {
+  await page.waitForSelector(`${filing}:has-text('3 of 3 succeeded')`, { timeout: 5000 });
+  await page.waitForSelector(`${filing}:has-text('team:alpha')`, { timeout: 5000 });
+  await page.click(`${filing} summary`);
+  await page.waitForSelector(`${filing} pre:has-text('id: "s1_echo"')`, { timeout: 5000 });
+});
+const learned = await page.getAttribute(filing, "data-workflow");
+await page.screenshot({ path: `${shots}/learned.png`, fullPage: true });
+await page.click(`${filing} button.approve`);
+await step("the approved proposal leaves the open ones", () => page.waitForSelector(filing, { state: "detached", timeout: 10000 }));
+page.once("dialog", (dialog) => dialog.accept("we close tickets by hand"));
+await page.click(`${closing} button.reject`);
+await step("the rejected proposal leaves the open ones", async () => {
+  await page.waitForSelector(closing, { state: "detached", timeout: 10000 });
+  await page.waitForSelector("#learned-count", { state: "hidden", timeout: 10000 });
+});
+await page.selectOption("#proposal-status", "");
+await step("every proposal shows its decision", async () => {
+  await page.waitForSelector(`${filing} .s-APPROVED`, { timeout: 10000 });
+  await page.waitForSelector(`${closing}:has-text('we close tickets by hand') .s-REJECTED`, { timeout: 10000 });
+});
+await step("the approved workflow is in use", () => page.waitForSelector(`#use-rows tr[data-workflow="${learned}"]`, { timeout: 10000 }));
+await page.screenshot({ path: `${shots}/learned-decided.png`, fullPage: true });
+await page.click("#tabs button[data-tab=workflows]");
+await step("the approved workflow is registered", () => page.waitForSelector(`#workflow-rows tr[data-workflow="${learned}"]:has-text('1.0.0')`, { timeout: 10000 }));
 
 await page.click("#tabs button[data-tab=analytics]");
 await step("analytics draws a chart", () => page.waitForSelector(".stat:has-text('browser-release') svg.chart rect", { timeout: 10000 }));

@@ -1,8 +1,9 @@
 //! The dashboard in a real browser: `awl serve` (the binary, auth on) and
 //! `tests/browser/dashboard.mjs`, which drives Debian's headless Chromium with
 //! playwright-core: the token prompt, the board and a run's timeline changing without
-//! a reload, a gate approved by a click, the run finishing. Screenshots go to
-//! `target/screenshots/<store>/`.
+//! a reload, a gate approved by a click, the run finishing; tool sequences an agent of
+//! the operator's team repeats, proposed by the server's learner and decided on the
+//! Learned tab. Screenshots go to `target/screenshots/<store>/`.
 //!
 //! `scripts/test` installs Chromium and playwright-core and names them in
 //! `AWL_TEST_CHROMIUM`; without it this test fails (it does not skip).
@@ -49,13 +50,17 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
     let awl = Awl::bounded(&t.location, 60);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("browser-release.awl.yaml"), WORKFLOW).unwrap();
-    let created = awl
-        .ok(&[
-            "token", "create", "--name", "web", "--role", "operator", "--json",
-        ])
-        .await;
-    let token: serde_json::Value = serde_json::from_str(&created).unwrap();
-    let token = token["token"].as_str().unwrap().to_string();
+    let create = async |name: &str, role: &str| {
+        let created = awl
+            .ok(&[
+                "token", "create", "--name", name, "--role", role, "--team", "alpha", "--json",
+            ])
+            .await;
+        let token: serde_json::Value = serde_json::from_str(&created).unwrap();
+        token["token"].as_str().unwrap().to_string()
+    };
+    let token = create("web", "operator").await;
+    let agent_token = create("scout", "agent").await;
 
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
@@ -67,6 +72,8 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
             &format!("127.0.0.1:{port}"),
             "--workflows",
             &workflows,
+            "--learn-every",
+            "1",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -77,12 +84,13 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
     let shots = format!("{root}/target/screenshots/{backend:?}").to_lowercase();
     std::fs::create_dir_all(&shots).unwrap();
     let output = within(
-        120,
+        180,
         "the browser test",
         tokio::process::Command::new("node")
             .arg(format!("{root}/tests/browser/dashboard.mjs"))
             .env("AWL_URL", &url)
             .env("AWL_TOKEN", &token)
+            .env("AWL_AGENT_TOKEN", &agent_token)
             .env("AWL_CHROMIUM", &chromium)
             .env("AWL_SCREENSHOTS", &shots)
             .kill_on_drop(true)
@@ -99,4 +107,5 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(std::path::Path::new(&format!("{shots}/run-finished.png")).exists());
+    assert!(std::path::Path::new(&format!("{shots}/learned-decided.png")).exists());
 }

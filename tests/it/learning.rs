@@ -4,6 +4,11 @@
 //! did it too rarely; the generated file passes `awl validate`; a person approves it
 //! and it runs and replays like any workflow; a rebuild of the projections from
 //! position 0 gives the same proposals; each team sees only its own.
+//!
+//! And through the server alone: agents report their calls over MCP, the server's
+//! learner proposes without being asked, the inbox, decisions and suggestions over REST
+//! and MCP answer each token with its own team's learning, an agent token cannot
+//! approve, and the approved workflow runs on the server's worker.
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -14,10 +19,11 @@ use awl::learning::{LearnConfig, Learner, Viewer};
 
 use crate::support::cli::{Awl, run_id_of, stdout_of};
 use crate::support::server::{Api, config, serve_with};
-use crate::support::{Backend, TestStore, on_both_stores};
+use crate::support::{Backend, TestStore, on_both_stores, wait_for};
 
 on_both_stores!(worker_threads = 2;
     repeated_tool_calls_become_a_workflow_a_person_approves_and_runs,
+    the_server_learns_from_mcp_reports_and_people_decide_over_rest,
 );
 
 const LIMIT: u64 = 60;
@@ -252,4 +258,278 @@ async fn repeated_tool_calls_become_a_workflow_a_person_approves_and_runs(backen
     assert_eq!(uses[0]["runs"], 1, "{uses:#}");
     assert_eq!(uses[0]["succeeded"], 1, "{uses:#}");
     drop(server);
+}
+
+/// One MCP tool call in a session of its own; the tool's JSON-RPC `result`.
+async fn mcp_tool(api: &Api, token: &str, tool: &str, args: Value) -> Value {
+    let url = format!("{}/mcp", api.base);
+    let session = crate::mcp::open_session(&api.http, &url, token).await;
+    let body = api
+        .http
+        .post(&url)
+        .bearer_auth(token)
+        .header(reqwest::header::ACCEPT, crate::mcp::BOTH)
+        .header("mcp-session-id", &session)
+        .json(&crate::mcp::call(7, tool, args))
+        .send()
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("a body");
+    // A JSON body, or an event stream whose data line holds the answer.
+    std::iter::once(body.as_str())
+        .chain(body.lines().filter_map(|l| l.strip_prefix("data:")))
+        .filter_map(|text| serde_json::from_str::<Value>(text.trim()).ok())
+        .find(|message| message["id"] == 7)
+        .map(|message| message["result"].clone())
+        .unwrap_or_else(|| panic!("no answer to {tool} in {body}"))
+}
+
+/// The same board task as [`session`], the tool calls reported over MCP.
+async fn mcp_session(api: &Api, operator: &str, agent: (&str, &str), ticket: &str) {
+    let (name, token) = agent;
+    let task = api
+        .ok(
+            operator,
+            Method::POST,
+            "/api/v1/tasks",
+            json!({"prompt": format!("triage {ticket}"), "capabilities": ["triage"]}),
+        )
+        .await;
+    let id = task["task_id"].as_str().expect("a task id").to_string();
+    let got = api
+        .ok(
+            token,
+            Method::POST,
+            &format!("/api/v1/agents/{name}/wait"),
+            json!({"timeout_seconds": 5}),
+        )
+        .await;
+    assert_eq!(got["task"]["task_id"], id.as_str(), "{got:#}");
+    api.ok(
+        token,
+        Method::POST,
+        &format!("/api/v1/tasks/{id}/ack"),
+        json!({}),
+    )
+    .await;
+    let calls = [
+        json!({"name": "echo", "parameters": {"message": ticket}, "output": {"message": ticket}, "duration_ms": 3, "success": true}),
+        json!({"name": "noop", "parameters": {"ticket": ticket, "queue": "triage"}, "output": {"ticket": ticket}, "duration_ms": 2, "success": true}),
+        json!({"name": "noop", "parameters": {"ticket": ticket, "done": true}, "output": {"ticket": ticket}, "duration_ms": 2, "success": true}),
+    ];
+    for mut call in calls {
+        call["task_id"] = json!(id);
+        let reported = mcp_tool(api, token, "report_tool_call", call).await;
+        assert_ne!(reported["isError"], true, "{reported:#}");
+    }
+    api.ok(
+        token,
+        Method::POST,
+        &format!("/api/v1/tasks/{id}/complete"),
+        json!({"result": {"ticket": ticket}}),
+    )
+    .await;
+}
+
+async fn the_server_learns_from_mcp_reports_and_people_decide_over_rest(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let ops_a = team_token(&t, "ops-a", Role::Operator, "alpha").await;
+    let ops_b = team_token(&t, "ops-b", Role::Operator, "beta").await;
+    let agent_a = team_token(&t, "agent-a", Role::Agent, "alpha").await;
+    let agent_b = team_token(&t, "agent-b", Role::Agent, "beta").await;
+    let admin = crate::support::server::token(&t.store, "root", Role::Admin).await;
+    let mut config = config();
+    config.learn_every = Some(std::time::Duration::from_millis(200));
+    config.worker = Some(awl::executor::WorkerConfig::new("learning-test"));
+    let server = serve_with(&t.store, config, awl::clock::system_clock()).await;
+    let api = Api::of(&server);
+    api.ok(
+        &agent_a,
+        Method::POST,
+        "/api/v1/agents",
+        json!({"capabilities": ["triage"]}),
+    )
+    .await;
+    for n in 0..3 {
+        mcp_session(&api, &ops_a, ("agent-a", &agent_a), &format!("M-{n}")).await;
+    }
+
+    // The server's learner proposes it without being asked; alpha's operator sees it,
+    // beta's does not, an admin sees every scope.
+    let proposals = wait_for(LIMIT, "the learner to propose", async || {
+        let list = api
+            .fetch(Some(&ops_a), "/api/v1/learn/proposals?status=open")
+            .await;
+        (list.as_array().map(Vec::len) == Some(1)).then_some(list)
+    })
+    .await;
+    let p = &proposals[0];
+    assert_eq!(p["scope"], "team:alpha", "{p:#}");
+    assert_eq!(p["tools"], json!(["echo", "noop", "noop"]));
+    assert_eq!(
+        (p["successes"].as_i64(), p["executions"].as_i64()),
+        (Some(3), Some(3))
+    );
+    let id = p["proposal_id"].as_str().expect("an id").to_string();
+    let workflow = p["workflow"].as_str().expect("a workflow").to_string();
+    assert!(
+        p["file"].as_str().unwrap_or_default().contains(&workflow),
+        "{p:#}"
+    );
+    let one = format!("/api/v1/learn/proposals/{id}");
+    assert_eq!(
+        api.fetch(Some(&ops_b), "/api/v1/learn/proposals").await,
+        json!([])
+    );
+    let (status, body) = api.call(Some(&ops_b), Method::GET, &one, None).await;
+    assert_eq!(status, 404, "{body:#}");
+    assert_eq!(body["error"]["code"], "proposal_not_found");
+    assert_eq!(
+        api.fetch(Some(&admin), &one).await["workflow"],
+        workflow.as_str()
+    );
+    let (status, body) = api
+        .call(
+            Some(&ops_a),
+            Method::GET,
+            "/api/v1/learn/proposals?status=maybe",
+            None,
+        )
+        .await;
+    assert_eq!(status, 422, "{body:#}");
+    let status_view = api.fetch(Some(&ops_a), "/api/v1/learn/status").await;
+    assert_eq!(status_view["tool_calls"], 9, "{status_view:#}");
+    assert_eq!(status_view["proposals"]["OPEN"], 1, "{status_view:#}");
+
+    // Only a person decides: an agent token is refused, as is another team's operator.
+    let approve = format!("{one}/approve");
+    for (token, code) in [(&agent_a, 403), (&ops_b, 404)] {
+        let (status, body) = api
+            .call(Some(token), Method::POST, &approve, Some(json!({})))
+            .await;
+        assert_eq!(status, code, "{body:#}");
+    }
+    let (status, body) = api
+        .call(
+            Some(&ops_a),
+            Method::POST,
+            &format!("{one}/reject"),
+            Some(json!({"reason": " "})),
+        )
+        .await;
+    assert_eq!(status, 422, "a rejection needs a reason: {body:#}");
+    let nothing_yet = awl::definitions::catalog::load(&t.store, &workflow)
+        .await
+        .expect("the workflow's stream");
+    assert_eq!(
+        nothing_yet.versions().count(),
+        0,
+        "refused calls register nothing"
+    );
+    let decided = api.ok(&ops_a, Method::POST, &approve, json!({})).await;
+    assert_eq!(decided["status"], "APPROVED", "{decided:#}");
+    assert_eq!(decided["decided_by"], "ops-a");
+    assert_eq!(decided["version"], "1.0.0");
+    let (status, body) = api
+        .call(Some(&ops_a), Method::POST, &approve, Some(json!({})))
+        .await;
+    // At once (the log refuses it; the inbox may not show the decision yet) and once
+    // the inbox shows it: a conflict either way, saying it was approved.
+    assert_eq!(status, 409, "{body:#}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("already approved"), "{body:#}");
+    wait_for(LIMIT, "the inbox to show the decision", async || {
+        let p = api.fetch(Some(&ops_a), &one).await;
+        (p["status"] == "APPROVED").then_some(())
+    })
+    .await;
+    let (status, body) = api
+        .call(Some(&ops_a), Method::POST, &approve, Some(json!({})))
+        .await;
+    assert_eq!(
+        (status.as_u16(), &body["error"]["code"]),
+        (409, &json!("proposal_decided"))
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("APPROVED"),
+        "{body:#}"
+    );
+
+    // Suggestions: alpha's agent asks over MCP and is shown the learned workflow; beta's
+    // agent and operator are not. Bad requests say what is wrong.
+    let context = json!({"tools": ["echo", "noop"]});
+    let asked = wait_for(LIMIT, "a suggestion for alpha", async || {
+        let r = mcp_tool(&api, &agent_a, "suggest_workflow", context.clone()).await;
+        let found = r["structuredContent"]["suggestions"].clone();
+        (found.as_array().map(Vec::len) == Some(1)).then_some(found)
+    })
+    .await;
+    assert_eq!(asked[0]["workflow"], workflow.as_str(), "{asked:#}");
+    assert_eq!(asked[0]["source"], "learned");
+    assert!(
+        asked[0]["why"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("goes on with noop"),
+        "{asked:#}"
+    );
+    let for_beta = mcp_tool(&api, &agent_b, "suggest_workflow", context.clone()).await;
+    assert_eq!(
+        for_beta["structuredContent"]["suggestions"],
+        json!([]),
+        "{for_beta:#}"
+    );
+    let over_rest = api
+        .ok(&ops_b, Method::POST, "/api/v1/suggest", context.clone())
+        .await;
+    assert_eq!(over_rest["suggestions"], json!([]));
+    let by_rest = api
+        .ok(&ops_a, Method::POST, "/api/v1/suggest", context.clone())
+        .await;
+    assert_eq!(by_rest["suggestions"][0]["workflow"], workflow.as_str());
+    for bad in [
+        json!({}),
+        json!({"tools": ["echo"], "limit": 0}),
+        json!({"tools": ["echo"], "threshold": 2}),
+    ] {
+        let (status, body) = api
+            .call(Some(&ops_a), Method::POST, "/api/v1/suggest", Some(bad))
+            .await;
+        assert_eq!(status, 422, "{body:#}");
+    }
+
+    // The approved workflow runs on the server's worker; its use is counted.
+    let started = api
+        .ok(
+            &ops_a,
+            Method::POST,
+            "/api/v1/runs",
+            json!({"workflow": workflow, "inputs": {"s1_echo_message": "M-42"}}),
+        )
+        .await;
+    let run = started["run_id"].as_str().expect("a run id").to_string();
+    wait_for(LIMIT, "the learned workflow's run to succeed", async || {
+        let view = api
+            .fetch(Some(&ops_a), &format!("/api/v1/runs/{run}"))
+            .await;
+        (view["status"] == "SUCCEEDED").then_some(())
+    })
+    .await;
+    let uses = wait_for(LIMIT, "the run to be counted", async || {
+        let uses = api.fetch(Some(&ops_a), "/api/v1/learn/uses").await;
+        (uses[0]["runs"] == 1).then_some(uses)
+    })
+    .await;
+    assert_eq!(uses[0]["workflow"], workflow.as_str());
+    assert_eq!(uses[0]["succeeded"], 1, "{uses:#}");
+    assert_eq!(
+        api.fetch(Some(&ops_b), "/api/v1/learn/uses").await,
+        json!([])
+    );
+    server.shutdown().await.expect("a clean stop");
 }

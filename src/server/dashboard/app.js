@@ -410,10 +410,70 @@ async function loadAgents() {
     || `<tr><td colspan="7" class="empty">no agents registered</td></tr>`;
 }
 
-const LOADERS = { board: loadBoard, runs: loadRuns, workflows: loadWorkflows, inbox: loadInbox, analytics: loadAnalytics, agents: loadAgents };
+// ---- learned workflows: what mining proposed, decided with a click ----------------------------
+
+async function loadLearned() {
+  const wanted = $("proposal-status").value;
+  const [state, open, shown, uses] = await Promise.all([
+    api("/api/v1/learn/status"),
+    api("/api/v1/learn/proposals?status=OPEN"),
+    wanted === "OPEN" ? null : api("/api/v1/learn/proposals" + (wanted ? "?status=" + wanted : "")),
+    api("/api/v1/learn/uses"),
+  ]);
+  $("learned-count").hidden = open.length === 0;
+  $("learned-count").textContent = open.length;
+  const counts = Object.entries(state.proposals).map(([k, v]) => `${v} ${esc(k.toLowerCase())}`).join(", ");
+  $("learn-status").textContent = `${state.tool_calls} tool calls observed in ${state.sessions} sessions; `
+    + `${state.patterns} sequences mined; proposals: ${counts || "none yet"}. A sequence is proposed after `
+    + `${state.min_successes} successes at confidence ${state.min_confidence} or more.`;
+  const proposals = shown || open;
+  $("proposals").innerHTML = proposals.map((p) => `
+    <div class="proposal" data-proposal="${esc(p.proposal_id)}" data-workflow="${esc(p.workflow)}">
+      <div class="tools">${p.tools.map(esc).join(" → ")}</div>
+      <div class="meta">${esc(p.workflow)} · ${status(p.status)} · confidence ${p.confidence.toFixed(2)}
+        (${p.successes} of ${p.executions} succeeded) · ${(p.evidence.sessions || []).length} sessions
+        ${p.mean_ms !== null && p.mean_ms !== undefined ? " · " + ms(p.mean_ms) + " by hand" : ""}
+        · ${esc(p.scope)} · proposed ${ago(p.proposed_at)} ago
+        ${p.decided_by ? ` · ${esc(p.status.toLowerCase())} by ${esc(p.decided_by)}${p.reason ? ": " + esc(p.reason) : ""}${p.shared ? " (shared)" : ""}` : ""}</div>
+      <details><summary>the workflow file</summary><pre>${esc(p.file)}</pre></details>
+      ${p.status === "OPEN" ? `<button class="approve">Approve</button><button class="share">Approve and share</button><button class="reject">Reject</button>` : ""}
+    </div>`).join("") || `<p class="empty">${wanted === "OPEN" ? "Nothing to decide: no open proposals." : "No proposals."}</p>`;
+  for (const card of document.querySelectorAll(".proposal")) {
+    const id = card.dataset.proposal;
+    card.querySelector(".approve")?.addEventListener("click", () => decideProposal(id, "approve", { shared: false }));
+    card.querySelector(".share")?.addEventListener("click", () => decideProposal(id, "approve", { shared: true }));
+    card.querySelector(".reject")?.addEventListener("click", () => {
+      const reason = prompt(`Reject ${card.dataset.workflow}: why?`);
+      if (reason) decideProposal(id, "reject", { reason });
+    });
+  }
+  $("use-rows").innerHTML = uses.map((u) => `
+    <tr data-workflow="${esc(u.workflow)}"><td>${esc(u.workflow)}</td><td>${esc(u.scope)}</td><td>${u.runs}</td>
+    <td>${u.success_rate === null ? "–" : Math.round(u.success_rate * 100) + "%"}</td>
+    <td>${ms(u.mean_run_ms)}</td><td>${ms(u.manual_mean_ms)}</td></tr>`).join("")
+    || `<tr><td colspan="6" class="empty">no learned workflow approved yet</td></tr>`;
+}
+
+async function decideProposal(id, how, body) {
+  try {
+    await api(`/api/v1/learn/proposals/${encodeURIComponent(id)}/${how}`, {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+    });
+    $("learn-error").hidden = true;
+  } catch (e) {
+    $("learn-error").hidden = false;
+    $("learn-error").textContent = `Could not ${how} the proposal: ${e.message}`;
+  }
+  await loadLearned().catch(() => {});
+}
+
+$("proposal-status").addEventListener("change", () => refresh("learned"));
+
+const LOADERS = { board: loadBoard, runs: loadRuns, workflows: loadWorkflows, inbox: loadInbox, analytics: loadAnalytics, agents: loadAgents, learned: loadLearned };
 // Which view streams each tab listens to.
-// Three streams at most: a browser keeps only six connections to one server.
-const STREAMS = { board: ["board"], runs: ["runs"], workflows: ["runs"], inbox: ["runs"], analytics: ["runs", "board"], agents: ["agents", "board"] };
+// Four streams at most: a browser keeps only six connections to one server (two stay
+// free for requests).
+const STREAMS = { board: ["board"], runs: ["runs"], workflows: ["runs", "learned"], inbox: ["runs"], analytics: ["runs", "board"], agents: ["agents", "board"], learned: ["learned", "runs"] };
 
 async function refresh(tab) {
   try {
@@ -429,7 +489,7 @@ async function refresh(tab) {
 const pending = {};
 function soon(tab) {
   clearTimeout(pending[tab]);
-  pending[tab] = setTimeout(() => { if (tab === current || tab === "inbox") refresh(tab); }, 120);
+  pending[tab] = setTimeout(() => { if (tab === current || tab === "inbox" || tab === "learned") refresh(tab); }, 120);
 }
 
 async function follow(view, onChange) {
@@ -490,6 +550,7 @@ async function start() {
   const wanted = (location.hash || "#board").slice(1);
   show(wanted in LOADERS ? wanted : "board");
   refresh("inbox");
+  refresh("learned");
   const views = new Set(Object.values(STREAMS).flat());
   for (const view of views) {
     follow(view, () => {

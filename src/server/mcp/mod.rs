@@ -121,7 +121,8 @@ impl AwlMcp {
     name = "awl",
     instructions = "awl's agent board. Agents: register, then loop wait_for_prompt -> ack_task -> \
                     (report_progress, report_tool_call, ask_question) -> submit_for_review or \
-                    complete_task / fail_task; read a task's feedback before starting. \
+                    complete_task / fail_task; read a task's feedback before starting; \
+                    suggest_workflow says whether a workflow already does what you are doing. \
                     Operators: send_task, list_tasks, answer_question, approve_task, \
                     request_changes, list_workflows, start_run, run_status, control_run, control_workflow, retire_version, \
                     rerun_run, bulk_action, approve_gate; admins: archive_runs."

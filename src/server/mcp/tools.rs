@@ -16,7 +16,7 @@ use crate::domain::ids::{QuestionId, TaskId};
 use crate::domain::workspace::{Capabilities, Workspace};
 use crate::runs::{GateDecision, StartRun};
 use crate::server::caller::{
-    acting_agent, caller, gate_id, idempotency_key, run_id, task_query, wait_timeout,
+    acting_agent, caller, gate_id, idempotency_key, run_id, task_query, viewer, wait_timeout,
 };
 use crate::server::error::ApiError;
 use crate::server::operate;
@@ -365,6 +365,23 @@ impl AwlMcp {
         let view = operate::control_workflow(&self.app, &who.name, &p.workflow, p.action, p.reason)
             .await?;
         Ok(Json(view))
+    }
+
+    #[tool(
+        description = "Was this done before? Given what you are doing (the tools you called so far, oldest first; or the task's prompt and capabilities), the workflows that do it, best first, each with why: ones people submitted first, then ones learned from your team's own history (or shared) above the confidence threshold (0.8 unless you say). An operator starts one with start_run."
+    )]
+    async fn suggest_workflow(
+        &self,
+        Parameters(p): Parameters<SuggestRequest>,
+        ctx: Ctx,
+    ) -> Result<Json<SuggestionList>, ToolError> {
+        let who = require(&ctx, Permission::Connect, "suggest_workflow")?;
+        let suggestions = self
+            .app
+            .learner
+            .suggest(&viewer(&who), &p.context(), p.threshold, p.limit()?)
+            .await?;
+        Ok(Json(SuggestionList { suggestions }))
     }
 
     #[tool(

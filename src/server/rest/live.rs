@@ -131,6 +131,7 @@ fn view_source(view: &str) -> Option<(&'static str, Vec<StreamType>)> {
         "runs" | "inbox" | "timeline" | "analytics" => ("runs", vec![StreamType::Run]),
         "agents" => ("agents", vec![StreamType::Agent, StreamType::Task]),
         "audit" => ("audit", Vec::new()),
+        "learned" => ("proposals", vec![StreamType::Workflow]),
         _ => return None,
     })
 }
@@ -146,7 +147,10 @@ pub async fn view_stream(
     let (projection, kinds) = view_source(&view).ok_or_else(|| {
         ApiError::not_found(
             "no_view",
-            format!("no view {view:?}: board, runs, inbox, timeline, analytics, agents or audit"),
+            format!(
+                "no view {view:?}: board, runs, inbox, timeline, analytics, agents, audit or \
+                 learned"
+            ),
         )
     })?;
     let after = start(&app, &headers, p.after).await?;

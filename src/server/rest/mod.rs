@@ -4,6 +4,7 @@
 
 pub mod agents;
 pub mod hooks;
+pub mod learning;
 pub mod live;
 pub mod meta;
 pub mod runs;

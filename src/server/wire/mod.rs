@@ -5,11 +5,13 @@
 //! returned as they are.
 
 mod board;
+mod learning;
 mod runs;
 mod schedules;
 mod tokens;
 
 pub use board::*;
+pub use learning::*;
 pub use runs::*;
 pub use schedules::*;
 pub use tokens::*;
