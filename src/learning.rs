@@ -568,6 +568,22 @@ impl Learner {
         Ok(found)
     }
 
+    /// Whether `workflow` is a learned workflow suggested to the viewer (its own scope's,
+    /// or shared, and not retired): what an agent may start itself.
+    pub async fn suggestable(&self, viewer: &Viewer, workflow: &str) -> Result<bool, LearnError> {
+        let rows = self
+            .store
+            .query_rows(
+                "SELECT scope, shared FROM workflow_tools \
+                 WHERE workflow = ? AND learned = 1 AND retired = 0",
+                &[Param::from(workflow)],
+            )
+            .await?;
+        Ok(rows.first().is_some_and(|row| {
+            int(row, "shared") == Some(1) || viewer.sees(&text(row, "scope").unwrap_or_default())
+        }))
+    }
+
     /// How far mining got and what it found.
     pub async fn status(&self) -> Result<LearnStatus, LearnError> {
         let count = |sql: &'static str| async move {

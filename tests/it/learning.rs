@@ -503,16 +503,31 @@ async fn the_server_learns_from_mcp_reports_and_people_decide_over_rest(backend:
         assert_eq!(status, 422, "{body:#}");
     }
 
-    // The approved workflow runs on the server's worker; its use is counted.
-    let started = api
-        .ok(
-            &ops_a,
-            Method::POST,
-            "/api/v1/runs",
-            json!({"workflow": workflow, "inputs": {"s1_echo_message": "M-42"}}),
-        )
-        .await;
-    let run = started["run_id"].as_str().expect("a run id").to_string();
+    // The agent that was suggested it starts it over MCP; beta's agent may not, nor
+    // may an agent start a workflow that was not learned. It runs on the server's
+    // worker; its use is counted.
+    let start = json!({"workflow": workflow, "inputs": {"s1_echo_message": "M-42"}});
+    let refused = mcp_tool(&api, &agent_b, "start_run", start.clone()).await;
+    assert_eq!(refused["isError"], true, "{refused:#}");
+    assert!(refused.to_string().contains("forbidden"), "{refused:#}");
+    let started = mcp_tool(&api, &agent_a, "start_run", start).await;
+    assert_ne!(started["isError"], true, "{started:#}");
+    let run = started["structuredContent"]["run_id"]
+        .as_str()
+        .expect("a run id")
+        .to_string();
+    let dir = tempfile::tempdir().expect("a scratch folder");
+    let own = dir.path().join("by-hand.awl.yaml");
+    std::fs::write(
+        &own,
+        "name: by-hand\nversion: \"1.0.0\"\nsteps:\n  - {id: a, tool: noop}\n",
+    )
+    .expect("write a workflow");
+    awl::definitions::register_file(&t.store, &own, "ops-a", chrono::Utc::now())
+        .await
+        .expect("register it");
+    let refused = mcp_tool(&api, &agent_a, "start_run", json!({"workflow": "by-hand"})).await;
+    assert_eq!(refused["isError"], true, "{refused:#}");
     wait_for(LIMIT, "the learned workflow's run to succeed", async || {
         let view = api
             .fetch(Some(&ops_a), &format!("/api/v1/runs/{run}"))

@@ -9,7 +9,7 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 use tokio::task::JoinHandle;
 
-use crate::auth::Permission;
+use crate::auth::{Permission, Principal};
 use crate::board::views::{AgentView, TaskPage, TaskView};
 use crate::board::{BoardError, Caller, NewTask};
 use crate::domain::ids::{QuestionId, TaskId};
@@ -306,14 +306,17 @@ impl AwlMcp {
     }
 
     #[tool(
-        description = "Start a run of a registered workflow (name or name@version) with its inputs; an idempotency_key makes retries safe."
+        description = "Start a run of a registered workflow (name or name@version) with its inputs; an idempotency_key makes retries safe. Operators start any workflow; an agent may start a learned workflow suggest_workflow gives it (its team's, or shared)."
     )]
     async fn start_run(
         &self,
         Parameters(p): Parameters<StartRunParams>,
         ctx: Ctx,
     ) -> Result<Json<StartedRun>, ToolError> {
-        let who = require(&ctx, Permission::Operate, "start_run")?;
+        let who = require(&ctx, Permission::Connect, "start_run")?;
+        if !who.may(Permission::Operate) {
+            self.may_start_learned(&who, &p.workflow).await?;
+        }
         let key = idempotency_key(p.idempotency_key.as_deref())?;
         let request = StartRun {
             workflow: p.workflow,
@@ -468,6 +471,26 @@ impl AwlMcp {
             .decide_gate(gate_id(&p.gate_id)?, decision, &who.name)
             .await?;
         Ok(Json(RunView::of(&run, version)))
+    }
+}
+
+impl AwlMcp {
+    /// A token without Operate may start a run only of a learned workflow suggested to
+    /// it (its scope's or shared), and only if it is an agent's: what an agent asked
+    /// `suggest_workflow` for, it may then start.
+    async fn may_start_learned(&self, who: &Principal, workflow: &str) -> Result<(), ToolError> {
+        let name = workflow.split('@').next().unwrap_or_default();
+        let learned =
+            who.may(Permission::Work) && self.app.learner.suggestable(&viewer(who), name).await?;
+        if learned {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "{} token may not call start_run for {name} (it needs Operate; an agent may start \
+             only a learned workflow of its own scope or shared)",
+            who.role.with_article()
+        ))
+        .into())
     }
 }
 
