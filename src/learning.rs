@@ -211,6 +211,10 @@ pub struct LearnedUse {
 pub struct Learner {
     store: EventStore,
     config: LearnConfig,
+    /// The files this learner already proposed or found proposed (scope, sequence and
+    /// content), so a round of proposing reads the workflow stream and validates a file
+    /// only for what is new. A cache: a new process checks each once.
+    known: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// The namespace of derived proposal ids.
@@ -230,7 +234,16 @@ fn time(micros: Option<i64>) -> Option<DateTime<Utc>> {
 
 impl Learner {
     pub fn new(store: EventStore, config: LearnConfig) -> Self {
-        Self { store, config }
+        Self {
+            store,
+            config,
+            known: Default::default(),
+        }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        // A panic while holding the lock leaves a set of strings: still usable.
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn config(&self) -> &LearnConfig {
@@ -299,6 +312,16 @@ impl Learner {
         now: DateTime<Utc>,
     ) -> Result<Option<String>, LearnError> {
         let name = generate::workflow_name(scope, &pattern.tools);
+        // The file as it would be now, whatever its version: known already, nothing to do.
+        let draft = Value::Object(generate::definition(&name, "1.0.0", scope, pattern));
+        let key = format!(
+            "{scope}\n{}\n{}",
+            crate::domain::learning::signature(&pattern.tools),
+            hash_without_version(&draft)
+        );
+        if self.known().contains(&key) {
+            return Ok(None);
+        }
         let state = definitions::catalog::load(&self.store, &name).await?;
         let next = state
             .versions()
@@ -323,6 +346,7 @@ impl Learner {
         if state.proposals().any(|p| {
             p.scope.as_deref() == Some(scope) && hash_without_version(&p.definition) == content
         }) {
+            self.known().insert(key);
             return Ok(None);
         }
         let seed = format!(
@@ -349,6 +373,7 @@ impl Learner {
             now,
         )?;
         workflow_command(&self.store, &name, by, command).await?;
+        self.known().insert(key);
         Ok(Some(proposal_id.to_string()))
     }
 

@@ -88,12 +88,11 @@ pub fn definition(name: &str, version: &str, scope: &str, pattern: &Pattern) -> 
     out.insert("version".into(), json!(version));
     out.insert(
         "description".into(),
+        // No counts here: they grow with every execution, and a file that changed with
+        // them would be proposed anew each time (the counts are the proposal's evidence).
         json!(format!(
-            "Learned from {} successful executions of {} ({} of {} succeeded) in {scope}.",
-            pattern.successes,
+            "Learned from repeated successful runs of {} in {scope}.",
             signature(&pattern.tools),
-            pattern.successes,
-            pattern.executions
         )),
     );
     if !inputs.is_empty() {

@@ -103,3 +103,18 @@ fn names_are_readable_and_differ_by_scope() {
     assert_ne!(a, b);
     crate::domain::ids::WorkflowName::try_from(a.as_str()).expect("a valid name");
 }
+
+#[test]
+fn the_file_does_not_change_as_executions_add_up() {
+    // Counts grow with every execution; a file that changed with them would be
+    // proposed anew (superseding the last) each time the learner looked.
+    let scope = "team:alpha";
+    let few = pattern(4);
+    let more = pattern(9);
+    assert_ne!(few.successes, more.successes);
+    let name = workflow_name(scope, &few.tools);
+    assert_eq!(
+        definition(&name, "1.0.0", scope, &few),
+        definition(&name, "1.0.0", scope, &more)
+    );
+}
