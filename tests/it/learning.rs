@@ -35,9 +35,23 @@ async fn team_token(t: &TestStore, name: &str, role: Role, team: &str) -> String
         .1
 }
 
+/// How an agent reports its tool calls.
+#[derive(Clone, Copy)]
+enum Report {
+    Http,
+    Mcp,
+}
+
 /// One board task done by `agent`: echo a ticket, hand it to noop twice (the last
-/// call fails when `fail_last`).
-async fn session(api: &Api, operator: &str, agent: (&str, &str), ticket: &str, fail_last: bool) {
+/// call fails when `fail_last`), the calls reported `by` HTTP or MCP.
+async fn session(
+    api: &Api,
+    operator: &str,
+    agent: (&str, &str),
+    ticket: &str,
+    fail_last: bool,
+    by: Report,
+) {
     let (name, token) = agent;
     let task = api
         .ok(
@@ -64,8 +78,17 @@ async fn session(api: &Api, operator: &str, agent: (&str, &str), ticket: &str, f
         json!({"name": "noop", "parameters": {"ticket": ticket, "queue": "triage"}, "output": {"ticket": ticket, "queue": "triage"}, "duration_ms": 2, "success": true}),
         json!({"name": "noop", "parameters": {"ticket": ticket, "done": true}, "output": {"ticket": ticket, "done": true}, "duration_ms": 2, "success": !fail_last}),
     ];
-    for call in calls {
-        api.ok(token, Method::POST, &path("tool-calls"), call).await;
+    for mut call in calls {
+        match by {
+            Report::Http => {
+                api.ok(token, Method::POST, &path("tool-calls"), call).await;
+            }
+            Report::Mcp => {
+                call["task_id"] = json!(id);
+                let reported = mcp_tool(api, token, "report_tool_call", call).await;
+                assert_ne!(reported["isError"], true, "{reported:#}");
+            }
+        }
     }
     api.ok(
         token,
@@ -101,10 +124,19 @@ async fn repeated_tool_calls_become_a_workflow_a_person_approves_and_runs(backen
             ("agent-a", &agent_a),
             &format!("T-{n}"),
             false,
+            Report::Http,
         )
         .await;
     }
-    session(&api, &ops_a, ("agent-a", &agent_a), "T-9", true).await;
+    session(
+        &api,
+        &ops_a,
+        ("agent-a", &agent_a),
+        "T-9",
+        true,
+        Report::Http,
+    )
+    .await;
     // Beta: the same sequence, twice only (below the support of 3).
     for n in 0..2 {
         session(
@@ -113,6 +145,7 @@ async fn repeated_tool_calls_become_a_workflow_a_person_approves_and_runs(backen
             ("agent-b", &agent_b),
             &format!("B-{n}"),
             false,
+            Report::Http,
         )
         .await;
     }
@@ -286,53 +319,6 @@ async fn mcp_tool(api: &Api, token: &str, tool: &str, args: Value) -> Value {
         .unwrap_or_else(|| panic!("no answer to {tool} in {body}"))
 }
 
-/// The same board task as [`session`], the tool calls reported over MCP.
-async fn mcp_session(api: &Api, operator: &str, agent: (&str, &str), ticket: &str) {
-    let (name, token) = agent;
-    let task = api
-        .ok(
-            operator,
-            Method::POST,
-            "/api/v1/tasks",
-            json!({"prompt": format!("triage {ticket}"), "capabilities": ["triage"]}),
-        )
-        .await;
-    let id = task["task_id"].as_str().expect("a task id").to_string();
-    let got = api
-        .ok(
-            token,
-            Method::POST,
-            &format!("/api/v1/agents/{name}/wait"),
-            json!({"timeout_seconds": 5}),
-        )
-        .await;
-    assert_eq!(got["task"]["task_id"], id.as_str(), "{got:#}");
-    api.ok(
-        token,
-        Method::POST,
-        &format!("/api/v1/tasks/{id}/ack"),
-        json!({}),
-    )
-    .await;
-    let calls = [
-        json!({"name": "echo", "parameters": {"message": ticket}, "output": {"message": ticket}, "duration_ms": 3, "success": true}),
-        json!({"name": "noop", "parameters": {"ticket": ticket, "queue": "triage"}, "output": {"ticket": ticket}, "duration_ms": 2, "success": true}),
-        json!({"name": "noop", "parameters": {"ticket": ticket, "done": true}, "output": {"ticket": ticket}, "duration_ms": 2, "success": true}),
-    ];
-    for mut call in calls {
-        call["task_id"] = json!(id);
-        let reported = mcp_tool(api, token, "report_tool_call", call).await;
-        assert_ne!(reported["isError"], true, "{reported:#}");
-    }
-    api.ok(
-        token,
-        Method::POST,
-        &format!("/api/v1/tasks/{id}/complete"),
-        json!({"result": {"ticket": ticket}}),
-    )
-    .await;
-}
-
 async fn the_server_learns_from_mcp_reports_and_people_decide_over_rest(backend: Backend) {
     let t = TestStore::new(backend).await;
     let ops_a = team_token(&t, "ops-a", Role::Operator, "alpha").await;
@@ -353,7 +339,8 @@ async fn the_server_learns_from_mcp_reports_and_people_decide_over_rest(backend:
     )
     .await;
     for n in 0..3 {
-        mcp_session(&api, &ops_a, ("agent-a", &agent_a), &format!("M-{n}")).await;
+        let agent = ("agent-a", agent_a.as_str());
+        session(&api, &ops_a, agent, &format!("M-{n}"), false, Report::Mcp).await;
     }
 
     // The server's learner proposes it without being asked; alpha's operator sees it,
