@@ -61,6 +61,7 @@ async fn measure(
                     workflow: "claim".into(),
                     inputs,
                     priority: None,
+                    scope: None,
                 },
                 "bench",
                 None,

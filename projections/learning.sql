@@ -33,3 +33,8 @@ CREATE TABLE {tool_patterns} (
     pattern      TEXT NOT NULL
 );
 CREATE INDEX {tool_patterns}_support ON {tool_patterns} (scope, successes);
+
+CREATE TABLE {tool_runs} (
+    run_id       TEXT PRIMARY KEY,
+    state        TEXT NOT NULL
+);

@@ -148,6 +148,7 @@ impl Hooks {
                     workflow,
                     inputs,
                     priority: None,
+                    scope: None,
                 },
                 &format!("hook:{name}"),
                 Some(&key),

@@ -298,9 +298,16 @@ impl Learner {
                 &[],
             )
             .await?;
+        // Built-ins call nothing outside awl: a run's observed calls leave them out.
         Ok(rows
             .iter()
-            .filter_map(|r| serde_json::from_str(&text(r, "tools")?).ok())
+            .filter_map(|r| serde_json::from_str::<Vec<String>>(&text(r, "tools")?).ok())
+            .map(|tools| {
+                tools
+                    .into_iter()
+                    .filter(|t| !crate::workflow::BUILTIN_TOOLS.contains(&t.as_str()))
+                    .collect()
+            })
             .collect())
     }
 

@@ -321,6 +321,7 @@ impl Schedules {
                     workflow: schedule.workflow().to_string(),
                     inputs,
                     priority: None,
+                    scope: None,
                 },
                 run_id,
                 &actor_of(schedule.name()),

@@ -197,6 +197,8 @@ pub enum EngineError {
     Refused(#[from] RunError),
     #[error("step `{step}` changed state too often in one tick (a bug in the engine)")]
     Stuck { step: StepId },
+    #[error("step `{step}` ({kind}) was started the wrong way (a bug in the engine)")]
+    Misrouted { step: StepId, kind: &'static str },
 }
 
 /// Decide what `run` does next.

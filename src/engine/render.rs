@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::domain::ids::StepId;
-use crate::domain::run::{Run, StepState};
+use crate::domain::run::{Run, StepCall, StepState};
 use crate::expr::{EvalError, PrevStep, Scope, StepView, Template, render_value};
 use crate::workflow::model::{Step, StepKind, Workflow};
 
@@ -87,13 +87,80 @@ pub(crate) fn work(
     scope: &Scope,
     tool_override: Option<&str>,
 ) -> Result<Work, String> {
+    performed(workflow, step, scope, tool_override).map(|(work, _)| work)
+}
+
+/// The work of one attempt of `step` and what it calls, as its start records it
+/// (see [`StepCall`]): a declared tool by its name and inputs, a shell, http or
+/// database step by what it runs. Built-in tools and notifications call nothing
+/// outside awl.
+pub(crate) fn performed(
+    workflow: &Workflow,
+    step: &Step,
+    scope: &Scope,
+    tool_override: Option<&str>,
+) -> Result<(Work, Option<StepCall>), String> {
     match &step.kind {
         StepKind::Tool(t) => {
+            let name = tool_override.unwrap_or(&t.tool);
             let inputs = object(&t.inputs, scope)?;
-            tool(workflow, tool_override.unwrap_or(&t.tool), inputs)
+            let declared = workflow.tools.iter().any(|d| d.header.name == name);
+            let call = declared.then(|| StepCall {
+                tool: name.to_string(),
+                inputs: Value::Object(inputs.clone()),
+            });
+            Ok((tool(workflow, name, inputs)?, call))
         }
-        other => kind(other, scope),
+        other => {
+            let work = kind(other, scope)?;
+            let call = call_of(&work);
+            Ok((work, call))
+        }
     }
+}
+
+/// What a shell, http or database step calls: what it runs and with what, without
+/// its credentials (headers, environment).
+fn call_of(work: &Work) -> Option<StepCall> {
+    let (tool, inputs) = match work {
+        Work::Shell(s) => {
+            let mut inputs = Map::new();
+            if let Some(command) = &s.command {
+                inputs.insert("command".into(), json!(command));
+            }
+            if let Some(script) = &s.script {
+                inputs.insert("script".into(), json!(script));
+            }
+            if !s.args.is_empty() {
+                inputs.insert("args".into(), json!(s.args));
+            }
+            if let Some(dir) = &s.working_dir {
+                inputs.insert("working_dir".into(), json!(dir));
+            }
+            ("shell", inputs)
+        }
+        Work::Http(h) => {
+            let mut inputs = Map::new();
+            inputs.insert("method".into(), json!(h.method));
+            inputs.insert("url".into(), json!(h.url));
+            if let Some(body) = &h.body {
+                inputs.insert("body".into(), body.clone());
+            }
+            ("http", inputs)
+        }
+        Work::Database(d) => {
+            let mut inputs = Map::new();
+            inputs.insert("connection".into(), json!(d.connection));
+            inputs.insert("query".into(), json!(d.query));
+            inputs.insert("params".into(), json!(d.params));
+            ("database", inputs)
+        }
+        Work::Notify(_) | Work::Builtin { .. } => return None,
+    };
+    Some(StepCall {
+        tool: tool.to_string(),
+        inputs: Value::Object(inputs),
+    })
 }
 
 /// The work of calling tool `name` with `inputs` (already rendered).

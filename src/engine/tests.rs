@@ -44,7 +44,9 @@ struct Sim {
     outcomes: Vec<StepOutcome>,
     compensations: Vec<CompensationOutcome>,
     env: std::collections::BTreeMap<String, String>,
-    /// Every event, in order.
+    /// The run's secrets and personal data, as the executor protects them.
+    protection: std::sync::Arc<crate::vault::Protection>,
+    /// Every event, in order (as the log records it: protected).
     log: Vec<RunEvent>,
 }
 
@@ -90,6 +92,7 @@ impl Sim {
             outcomes: Vec::new(),
             compensations: Vec::new(),
             env: Default::default(),
+            protection: Default::default(),
             log,
         }
     }
@@ -107,7 +110,7 @@ impl Sim {
             compensations: std::mem::take(&mut self.compensations),
             in_flight: self.in_flight.clone(),
             env: self.env.clone(),
-            protection: Default::default(),
+            protection: self.protection.clone(),
         };
         let tick = super::tick(&self.def, &self.run, &input).unwrap_or_else(|e| panic!("{e}"));
         for e in &tick.events {
@@ -179,7 +182,7 @@ impl Drop for Sim {
         let history: Vec<Recorded> = self.log.iter().cloned().map(Recorded::plain).collect();
         let context = ReplayContext {
             env: self.env.clone(),
-            ..ReplayContext::default()
+            protection: self.protection.clone(),
         };
         if let Err(divergence) = verify_history(&self.def, &history, &context) {
             panic!(
@@ -1373,7 +1376,14 @@ fn secrets_are_masked_in_state_and_log_and_personal_data_sealed_in_the_log_only(
         &crate::vault::Mask::default(),
         None,
     ));
+    sim.protection = protection.clone();
     let first = sim.tick();
+    let started = serde_json::to_string(&first.events).unwrap();
+    assert!(started.contains(r#""tool":"shell""#), "{started}");
+    assert!(
+        !started.contains("tok-abcdef123") && !started.contains("a@example.com"),
+        "the step's recorded call is protected like its output: {started}"
+    );
     let Some(Effect::Perform {
         work: Work::Shell(step),
         ..
@@ -1960,4 +1970,149 @@ steps:
         }
         other => panic!("{other:?}"),
     }
+}
+
+// ---------------------------------------------------------------- recorded calls
+
+const CALLS: &str = r#"
+name: calls
+version: "1.0.0"
+inputs:
+  id: {type: string, required: true}
+tools:
+  - name: lookup
+    type: shell
+    inputs:
+      key: {type: string, required: true}
+      limit: {type: integer, default: 5}
+    command: [grep, "${{ inputs.key }}"]
+steps:
+  - id: fetch
+    type: http
+    method: POST
+    url: "http://example.test/items/${{ inputs.id }}"
+    headers: {Authorization: "Bearer not-recorded"}
+    body: {id: "${{ inputs.id }}"}
+  - id: find
+    tool: lookup
+    inputs: {key: "${{ steps.fetch.outputs.body.name }}"}
+  - id: count
+    type: shell
+    command: [wc, "-l", "${{ inputs.id }}"]
+    env: {API_KEY: "not-recorded-either"}
+  - id: say
+    tool: echo
+    inputs: {message: hi}
+  - id: child
+    type: workflow
+    workflow: other
+    inputs: {id: "${{ inputs.id }}"}
+"#;
+
+/// The call `step`'s start recorded.
+fn call_of(sim: &Sim, step: &str) -> Option<crate::domain::run::StepCall> {
+    sim.log.iter().find_map(|e| match e {
+        RunEvent::StepStarted { step_id, call, .. } if step_id.as_str() == step => call.clone(),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_step_that_reaches_outside_records_what_it_calls_as_it_starts() {
+    let mut sim = Sim::start(CALLS, json!({"id": "a-7"}));
+    sim.tick();
+    let fetch = call_of(&sim, "fetch").expect("the http step's call");
+    assert_eq!(fetch.tool, "http");
+    assert_eq!(
+        fetch.inputs,
+        json!({"method": "POST", "url": "http://example.test/items/a-7", "body": {"id": "a-7"}}),
+        "rendered, and without its headers"
+    );
+    sim.report(
+        "fetch",
+        Ok(json!({"status": 200, "body": {"name": "widget"}})),
+    );
+    sim.tick();
+    let find = call_of(&sim, "find").expect("the declared tool's call");
+    assert_eq!(find.tool, "lookup", "a declared tool by its own name");
+    assert_eq!(find.inputs, json!({"key": "widget"}), "its inputs as given");
+    sim.report("find", Ok(json!({"stdout": "widget\n", "exit_code": 0})));
+    sim.tick();
+    let count = call_of(&sim, "count").expect("the shell step's call");
+    assert_eq!(count.tool, "shell");
+    assert_eq!(
+        count.inputs,
+        json!({"command": ["wc", "-l", "a-7"]}),
+        "without its environment"
+    );
+    sim.report("count", Ok(json!({"stdout": "3\n", "exit_code": 0})));
+    sim.tick();
+    assert_eq!(
+        call_of(&sim, "say"),
+        None,
+        "a built-in calls nothing outside"
+    );
+    sim.report("say", Ok(json!({"message": "hi"})));
+    sim.tick();
+    let child = call_of(&sim, "child").expect("the sub-workflow's call");
+    assert_eq!(child.tool, "workflow:other");
+    assert_eq!(child.inputs, json!({"id": "a-7"}));
+}
+
+#[test]
+fn a_step_whose_call_cannot_be_rendered_starts_without_one_and_fails() {
+    let yaml = r#"
+name: broken
+version: "1.0.0"
+inputs:
+  cfg: {type: object, default: {}}
+steps:
+  - id: count
+    type: shell
+    command: [wc, "${{ inputs.cfg.missing.deeper }}"]
+"#;
+    let mut sim = Sim::start(yaml, json!({}));
+    let tick = sim.tick();
+    assert_eq!(
+        types(&tick.events)[..2],
+        ["run.step_scheduled", "run.step_started"]
+    );
+    assert!(
+        types(&tick.events).contains(&"run.step_failed".to_string()),
+        "{:?}",
+        types(&tick.events)
+    );
+    assert_eq!(call_of(&sim, "count"), None);
+}
+
+#[test]
+fn a_history_recorded_before_starts_carried_their_call_still_replays() {
+    let mut sim = Sim::start(CALLS, json!({"id": "a-7"}));
+    sim.tick();
+    sim.report(
+        "fetch",
+        Ok(json!({"status": 200, "body": {"name": "widget"}})),
+    );
+    sim.tick();
+    let rewritten = |change: &dyn Fn(&mut Option<crate::domain::run::StepCall>)| {
+        sim.log
+            .iter()
+            .cloned()
+            .map(|mut e| {
+                if let RunEvent::StepStarted { call, .. } = &mut e {
+                    change(call);
+                }
+                Recorded::plain(e)
+            })
+            .collect::<Vec<_>>()
+    };
+    let old = rewritten(&|call| *call = None);
+    verify_history(&sim.def, &old, &ReplayContext::default()).expect("an older history replays");
+    let changed = rewritten(&|call| {
+        if let Some(c) = call {
+            c.inputs = json!({"url": "http://elsewhere.test"});
+        }
+    });
+    let divergence = verify_history(&sim.def, &changed, &ReplayContext::default()).unwrap_err();
+    assert_eq!(divergence.step, Some(sid("fetch")), "{divergence}");
 }

@@ -205,7 +205,7 @@ impl Walk<'_> {
                         .events
                         .iter()
                         .zip(rest)
-                        .take_while(|(decided, recorded)| *decided == &recorded.logged)
+                        .take_while(|(decided, recorded)| same(decided, &recorded.logged))
                         .count();
                     if matched > 0 {
                         for recorded in &rest[..matched] {
@@ -380,4 +380,36 @@ fn from_outside(event: &RunEvent) -> bool {
             | RunEvent::Cancelled { .. }
             | RunEvent::Continued { .. }
     )
+}
+
+/// Whether `decided` is the event the history recorded. A step's start recorded
+/// before starts carried their call (no `call`) is the same start with one.
+fn same(decided: &RunEvent, recorded: &RunEvent) -> bool {
+    if decided == recorded {
+        return true;
+    }
+    match (decided, recorded) {
+        (
+            RunEvent::StepStarted {
+                call: Some(_),
+                step_id,
+                attempt,
+                idempotency_key,
+                timeout_at,
+                at,
+            },
+            RunEvent::StepStarted { call: None, .. },
+        ) => {
+            let without = RunEvent::StepStarted {
+                step_id: step_id.clone(),
+                attempt: *attempt,
+                idempotency_key: idempotency_key.clone(),
+                timeout_at: *timeout_at,
+                call: None,
+                at: *at,
+            };
+            &without == recorded
+        }
+        _ => false,
+    }
 }

@@ -142,6 +142,7 @@ mod tests {
                 attempt: 1,
                 idempotency_key: "k".into(),
                 timeout_at: None,
+                call: None,
                 at: at(0),
             },
         ] {

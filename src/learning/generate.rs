@@ -3,8 +3,9 @@
 //! whose value came from an earlier call's output (in every execution) as a template
 //! over that step's output, and one that varied as an input of the workflow.
 //!
-//! A call of a tool awl performs itself (a built-in) is a `tool` step; any other is an
-//! `agent` step asking an agent that has the tool (capability `tool:NAME`) to call it
+//! A call of a tool awl performs itself (a built-in) is a `tool` step; a call a
+//! workflow step made (shell, http, database, a sub-workflow) is that kind of step
+//! again; any other is an `agent` step asking an agent that has the tool (capability `tool:NAME`) to call it
 //! with those arguments, so the learned workflow runs wherever such an agent pulls
 //! work. Arguments missing from some executions are left out (they were optional).
 //!
@@ -16,7 +17,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::domain::learning::{Pattern, signature};
+use crate::domain::learning::{Pattern, list_item, signature};
 use crate::workflow::BUILTIN_TOOLS;
 
 /// The name of the workflow learned from `pattern` in `scope`: readable, and unique to
@@ -146,6 +147,9 @@ fn cel_path(path: &str) -> String {
 }
 
 fn step(id: &str, tool: &str, args: Map<String, Value>) -> Value {
+    if let Some(native) = native_step(id, tool, &args) {
+        return native;
+    }
     if BUILTIN_TOOLS.contains(&tool) {
         let mut step = Map::new();
         step.insert("id".into(), json!(id));
@@ -173,6 +177,60 @@ fn step(id: &str, tool: &str, args: Map<String, Value>) -> Value {
         "prompt": prompt,
         "capabilities": [format!("tool:{tool}")],
     })
+}
+
+/// A call a workflow step made (`shell`, `http`, `database`, `workflow:NAME`) as that
+/// same kind of step, its list arguments put back together from their items.
+fn native_step(id: &str, tool: &str, args: &Map<String, Value>) -> Option<Value> {
+    let mut step = Map::new();
+    step.insert("id".into(), json!(id));
+    let args = with_lists(args);
+    if let Some(workflow) = tool.strip_prefix("workflow:") {
+        step.insert("type".into(), json!("workflow"));
+        step.insert("workflow".into(), json!(workflow));
+        if !args.is_empty() {
+            step.insert("inputs".into(), Value::Object(args));
+        }
+        return Some(Value::Object(step));
+    }
+    let fields: &[&str] = match tool {
+        "shell" => &["command", "script", "args", "working_dir"],
+        "http" => &["method", "url", "body"],
+        "database" => &["connection", "query", "params"],
+        _ => return None,
+    };
+    step.insert("type".into(), json!(tool));
+    for (key, value) in args {
+        if fields.contains(&key.as_str()) {
+            step.insert(key, value);
+        }
+    }
+    Some(Value::Object(step))
+}
+
+/// Arguments with `name[i]` items gathered into the list `name`, in item order.
+fn with_lists(args: &Map<String, Value>) -> Map<String, Value> {
+    let mut lists: std::collections::BTreeMap<String, Vec<(usize, Value)>> = Default::default();
+    let mut out = Map::new();
+    for (key, value) in args {
+        match list_item(key) {
+            Some((name, i)) => lists
+                .entry(name.to_string())
+                .or_default()
+                .push((i, value.clone())),
+            None => {
+                out.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    for (name, mut items) in lists {
+        items.sort_by_key(|(i, _)| *i);
+        out.insert(
+            name,
+            Value::Array(items.into_iter().map(|(_, v)| v).collect()),
+        );
+    }
+    out
 }
 
 /// The workflow as a YAML file, with a header saying where it came from.

@@ -118,3 +118,78 @@ fn the_file_does_not_change_as_executions_add_up() {
         definition(&name, "1.0.0", scope, &more)
     );
 }
+
+/// The pattern of `sessions` runs whose steps fetched an item over http, counted its
+/// lines with a shell command (the item's id varying) and handed it to a sub-workflow.
+fn step_pattern(sessions: usize) -> Pattern {
+    let config = MiningConfig::default();
+    let mut found: Option<Pattern> = None;
+    for n in 0..sessions {
+        let base =
+            Utc.with_ymd_and_hms(2026, 11, 25, 9, 0, 0).unwrap() + Duration::minutes(10 * n as i64);
+        let id = format!("item-{n}");
+        let calls = [
+            Call::from_step(
+                "http",
+                json!({"method": "GET", "url": format!("http://svc.test/items/{id}")}),
+                Some(json!({"status": 200, "body": {"path": format!("/data/{id}")}})),
+                true,
+                5,
+                base,
+            ),
+            Call::from_step(
+                "shell",
+                json!({"command": ["wc", "-l", format!("/data/{id}")]}),
+                Some(json!({"stdout": "3", "exit_code": 0})),
+                true,
+                5,
+                base + Duration::seconds(1),
+            ),
+            Call::from_step(
+                "workflow:archive",
+                json!({"ids": [id.clone()], "dry_run": false}),
+                None,
+                true,
+                5,
+                base + Duration::seconds(2),
+            ),
+        ];
+        let mut tail = Tail::default();
+        for c in calls {
+            for o in tail.push(c, &config) {
+                match &mut found {
+                    Some(p) => p.add(&o, &format!("run:{n}")),
+                    None => found = Some(Pattern::first(&o, &format!("run:{n}"))),
+                }
+            }
+        }
+    }
+    found.expect("a pattern")
+}
+
+#[test]
+fn calls_of_workflow_steps_are_learned_back_as_those_steps() {
+    let p = step_pattern(3);
+    assert_eq!(p.tools, ["http", "shell", "workflow:archive"]);
+    let name = workflow_name("team:alpha", &p.tools);
+    let def = Value::Object(definition(&name, "1.0.0", "team:alpha", &p));
+    let file = to_yaml(&def, &[]);
+    crate::workflow::validate::check(Path::new("learned.awl.yaml"), &file)
+        .unwrap_or_else(|d| panic!("{d}\n---\n{file}"));
+    let steps = def["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["type"], "http");
+    assert_eq!(steps[0]["method"], "GET", "a constant stays a constant");
+    assert_eq!(steps[0]["url"], "${{ inputs.s1_http_url }}");
+    assert_eq!(steps[1]["type"], "shell");
+    assert_eq!(
+        steps[1]["command"],
+        json!(["wc", "-l", "${{ steps.s1_http.outputs.body.path }}"]),
+        "one item of the list varied, and it came from the first call's output"
+    );
+    assert_eq!(steps[2]["type"], "workflow");
+    assert_eq!(steps[2]["workflow"], "archive");
+    assert_eq!(
+        steps[2]["inputs"],
+        json!({"dry_run": false, "ids": ["${{ inputs.s3_workflow_archive_ids_0 }}"]})
+    );
+}

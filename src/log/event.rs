@@ -152,6 +152,10 @@ pub struct Metadata {
     /// commit) can see that it was recorded, and is recorded once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_id: Option<Uuid>,
+    /// Whose history it belongs to when that is not the actor's own: the team a
+    /// token acts for (`team:NAME`), or `user:NAME`. Set on a run's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 impl Metadata {
@@ -160,6 +164,14 @@ impl Metadata {
             actor: Some(actor.into()),
             ..Self::default()
         }
+    }
+
+    /// The same metadata on behalf of `scope` (`None` leaves it as is).
+    pub fn with_scope(mut self, scope: Option<String>) -> Self {
+        if scope.is_some() {
+            self.scope = scope;
+        }
+        self
     }
 
     /// The same metadata in the trace `traceparent` names (`None` leaves it as is).

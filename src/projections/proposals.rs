@@ -22,7 +22,8 @@ impl Projection for Proposals {
         "proposals"
     }
     fn version(&self) -> i32 {
-        1
+        // 2: a conditional's branches count in a workflow's tool sequence.
+        2
     }
     fn ddl(&self) -> &'static str {
         include_str!("../../projections/proposals.sql")

@@ -130,6 +130,8 @@ impl Runs {
                     lineage: Some(lineage),
                     // A rerun or fork keeps its origin's place among runs.
                     priority: Some(recorded.flow().priority),
+                    // Whose run it is: the person asking, as for any start.
+                    scope: None,
                 },
             )
             .await?;

@@ -49,6 +49,9 @@ pub struct StartRun {
     pub inputs: Map<String, Value>,
     /// The run's priority (-1000 to 1000; default: the workflow's, else 0).
     pub priority: Option<i32>,
+    /// Whose history the run belongs to (`team:NAME`, `user:NAME`; default
+    /// `user:` and the starter's name): learning reads its calls as theirs.
+    pub scope: Option<String>,
 }
 
 /// What a start may carry besides the workflow and inputs.
@@ -58,6 +61,8 @@ pub(super) struct StartOptions {
     pub lineage: Option<Lineage>,
     /// The priority asked for (default: the workflow's).
     pub priority: Option<i32>,
+    /// Whose history the run belongs to (see [`StartRun::scope`]).
+    pub scope: Option<String>,
 }
 
 /// What a rerun or fork starts with besides its inputs: where it came from and the
@@ -87,6 +92,7 @@ impl Runs {
         key: Option<&IdempotencyKey>,
     ) -> Result<Started, RunsError> {
         let priority = request.priority;
+        let scope = request.scope.clone();
         let (registered, inputs) = self.resolve_request(request).await?;
         let run_id = match key {
             Some(k) => RunId::from_uuid(k.derive(&RUN_KEY_NAMESPACE, by)),
@@ -94,6 +100,7 @@ impl Runs {
         };
         let options = StartOptions {
             priority,
+            scope,
             ..StartOptions::default()
         };
         if let Some(spec) = &registered.workflow.debounce {
@@ -220,9 +227,11 @@ impl Runs {
         key: &IdempotencyKey,
     ) -> Result<Started, RunsError> {
         let priority = request.priority;
+        let scope = request.scope.clone();
         let (registered, inputs) = self.resolve_request(request).await?;
         let options = StartOptions {
             priority,
+            scope,
             ..StartOptions::default()
         };
         self.start_registered(&registered, inputs, run_id, by, Some(key), options)
@@ -378,7 +387,8 @@ impl Runs {
         // resumed.
         let held = self.workflow_hold(&registered.name, now).await?;
         let stream = run_stream(run_id);
-        let done = Command::new(&self.store, &stream, Metadata::actor(by))
+        let metadata = Metadata::actor(by).with_scope(options.scope.clone());
+        let done = Command::new(&self.store, &stream, metadata)
             .wakes(now, |_: &Run| vec![run_id.to_string()])
             .priority(priority)
             .run(|run| -> Result<Vec<RunEvent>, RunError> {

@@ -65,6 +65,7 @@ async fn start(t: &TestStore, workflow: &str, inputs: Value, priority: Option<i3
                 workflow: workflow.into(),
                 inputs,
                 priority,
+                scope: None,
             },
             "test",
             None,

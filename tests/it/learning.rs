@@ -5,6 +5,10 @@
 //! and it runs and replays like any workflow; a rebuild of the projections from
 //! position 0 gives the same proposals; each team sees only its own.
 //!
+//! Workflow runs are observed too: the shell steps of a team's runs (started over
+//! REST, on the server's worker) are mined like reported calls, and what its runs
+//! repeat is proposed as a workflow of those same steps.
+//!
 //! And through the server alone: agents report their calls over MCP, the server's
 //! learner proposes without being asked, the inbox, decisions and suggestions over REST
 //! and MCP answer each token with its own team's learning, an agent token cannot
@@ -24,6 +28,7 @@ use crate::support::{Backend, TestStore, on_both_stores, wait_for};
 on_both_stores!(worker_threads = 2;
     repeated_tool_calls_become_a_workflow_a_person_approves_and_runs,
     the_server_learns_from_mcp_reports_and_people_decide_over_rest,
+    the_calls_of_workflow_runs_are_learned_too,
 );
 
 const LIMIT: u64 = 60;
@@ -534,4 +539,140 @@ async fn the_server_learns_from_mcp_reports_and_people_decide_over_rest(backend:
         json!([])
     );
     server.shutdown().await.expect("a clean stop");
+}
+
+/// A user's workflow: fetch an item, check it (a failed check does not stop the
+/// run), store it; a branch that pages someone is never taken here.
+const INGEST: &str = r#"
+name: ingest
+version: "1.0.0"
+inputs:
+  item: {type: string, required: true}
+  verdict: {type: string, default: "ok"}
+steps:
+  - id: fetch
+    type: shell
+    command: [echo, "${{ inputs.item }}"]
+  - id: check
+    type: shell
+    script: 'test "$1" = ok'
+    args: ["${{ inputs.verdict }}"]
+    on_error: continue
+  - id: store
+    type: shell
+    command: [printf, "%s", "stored"]
+  - id: route
+    type: conditional
+    condition: inputs.verdict == 'escalate'
+    if_true:
+      - id: page
+        type: http
+        url: "http://127.0.0.1:9/page"
+"#;
+
+async fn the_calls_of_workflow_runs_are_learned_too(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("a scratch folder");
+    let file = dir.path().join("ingest.awl.yaml");
+    std::fs::write(&file, INGEST).expect("write the workflow");
+    awl::definitions::register_file(&t.store, &file, "test", chrono::Utc::now())
+        .await
+        .expect("register it");
+    let ops_a = team_token(&t, "ops-a", Role::Operator, "alpha").await;
+    let ops_b = team_token(&t, "ops-b", Role::Operator, "beta").await;
+    let mut config = config();
+    config.worker = Some(awl::executor::WorkerConfig::new("learn-test"));
+    config.learn_every = None;
+    let server = serve_with(&t.store, config, awl::clock::system_clock()).await;
+    let api = Api::of(&server);
+    // Alpha: four clean runs and one whose check failed; beta: two clean runs.
+    let mut runs = Vec::new();
+    let starts = (0..4)
+        .map(|n| (&ops_a, format!("A-{n}"), "ok"))
+        .chain([(&ops_a, "A-9".to_string(), "bad")])
+        .chain((0..2).map(|n| (&ops_b, format!("B-{n}"), "ok")));
+    for (token, item, verdict) in starts {
+        let started = api
+            .ok(
+                token,
+                Method::POST,
+                "/api/v1/runs",
+                json!({"workflow": "ingest", "inputs": {"item": item, "verdict": verdict}}),
+            )
+            .await;
+        runs.push((
+            token,
+            started["run_id"].as_str().expect("a run id").to_string(),
+        ));
+        // One at a time, so each run is one session in order.
+        let (token, run) = runs.last().expect("a run");
+        wait_for(LIMIT, "the run to succeed", async || {
+            let view = api.fetch(Some(token), &format!("/api/v1/runs/{run}")).await;
+            (view["status"] == "SUCCEEDED").then_some(())
+        })
+        .await;
+    }
+
+    let awl = Awl::bounded(&t.location, LIMIT);
+    let status: Value =
+        serde_json::from_str(&awl.ok(&["learn", "status", "--json"]).await).expect("status");
+    assert_eq!(status["tool_calls"], 21, "three calls per run: {status:#}");
+    let mined: Value =
+        serde_json::from_str(&awl.ok(&["learn", "mine", "--json"]).await).expect("mine --json");
+    assert_eq!(
+        mined["proposed"].as_array().map(Vec::len),
+        Some(1),
+        "alpha's runs only (beta's are too few): {mined:#}"
+    );
+    let list: Value =
+        serde_json::from_str(&awl.ok(&["learn", "list", "--json"]).await).expect("list --json");
+    let p = &list[0];
+    assert_eq!(p["scope"], "team:alpha", "{p:#}");
+    assert_eq!(p["tools"], json!(["shell", "shell", "shell"]));
+    assert_eq!(
+        (p["successes"].as_i64(), p["executions"].as_i64()),
+        (Some(4), Some(5)),
+        "the failed check is an execution that did not succeed"
+    );
+    let sessions: Vec<&str> = p["evidence"]["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let clean: Vec<String> = runs[..4].iter().map(|(_, r)| format!("run:{r}")).collect();
+    assert_eq!(sessions.len(), 4, "{p:#}");
+    assert!(
+        clean.iter().all(|r| sessions.contains(&r.as_str())),
+        "{p:#}"
+    );
+
+    // The file is those shell steps again: the item an input, the rest constants.
+    let id = p["proposal_id"].as_str().expect("an id").to_string();
+    let learned = awl.ok(&["learn", "show", &id, "--file"]).await;
+    assert!(learned.contains("type: \"shell\""), "{learned}");
+    assert!(
+        learned.contains("\"${{ inputs.s1_shell_command_1 }}\""),
+        "{learned}"
+    );
+    assert!(
+        learned.contains("script: \"test \\\"$1\\\" = ok\""),
+        "{learned}"
+    );
+    let path = dir.path().join("learned.awl.yaml");
+    std::fs::write(&path, &learned).expect("write the file");
+    let path = path.to_string_lossy().to_string();
+    awl.ok(&["validate", &path]).await;
+    awl.ok(&["learn", "approve", &id, "--by", "ada"]).await;
+    let output = awl
+        .output(&["run", &path, "--var", "s1_shell_command_1=A-42"])
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(output.status.success(), "{stderr}");
+
+    // Rebuilt from position 0, the same.
+    let before = awl.ok(&["learn", "list", "--json"]).await;
+    awl.ok(&["projections", "rebuild"]).await;
+    assert_eq!(before, awl.ok(&["learn", "list", "--json"]).await);
+    drop(server);
 }

@@ -101,6 +101,22 @@ impl Call {
         }
     }
 
+    /// A call a workflow step made (its start's recorded call and its outcome). A list
+    /// argument is seen item by item (`command[1]`), so that the one item that varies
+    /// between runs becomes a workflow input, not the whole list.
+    pub fn from_step(
+        tool: &str,
+        inputs: Value,
+        output: Option<Value>,
+        success: bool,
+        duration_ms: u64,
+        at: DateTime<Utc>,
+    ) -> Self {
+        let mut call = Self::new(tool, inputs, output, success, duration_ms, at);
+        call.args = flatten_lists(std::mem::take(&mut call.args));
+        call
+    }
+
     /// Its argument names, sorted: the shape of the call.
     pub fn shape(&self) -> Vec<&str> {
         self.args.keys().map(String::as_str).collect()
@@ -110,6 +126,35 @@ impl Call {
     pub fn started_at(&self) -> DateTime<Utc> {
         self.at - chrono::Duration::milliseconds(i64::try_from(self.duration_ms).unwrap_or(0))
     }
+}
+
+fn flatten_lists(args: Map<String, Value>) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (key, value) in args {
+        match value {
+            Value::Array(items) => {
+                for (i, item) in items.into_iter().enumerate() {
+                    out.insert(item_key(&key, i), item);
+                }
+            }
+            other => {
+                out.insert(key, other);
+            }
+        }
+    }
+    out
+}
+
+/// The argument name of item `i` of list argument `key`.
+pub fn item_key(key: &str, i: usize) -> String {
+    format!("{key}[{i}]")
+}
+
+/// `command[1]` as (`command`, 1).
+pub fn list_item(key: &str) -> Option<(&str, usize)> {
+    let (name, rest) = key.split_once('[')?;
+    let index = rest.strip_suffix(']')?.parse().ok()?;
+    Some((name, index))
 }
 
 /// A run of consecutive calls of one session, ending in the newest.
@@ -190,8 +235,10 @@ fn walk(value: &Value, out: &mut Vec<String>) {
             if let Some(label) = step_tool(step) {
                 out.push(label);
             }
-            for (key, child) in step {
-                if matches!(key.as_str(), "steps" | "branches" | "then" | "else" | "do") {
+            // Nested steps in the order a reader meets them (a conditional's true
+            // branch before its false one).
+            for key in ["steps", "branches", "if_true", "if_false"] {
+                if let Some(child) = step.get(key) {
                     walk(child, out);
                 }
             }

@@ -272,10 +272,43 @@ fn a_definitions_tools_are_read_in_the_order_written_branches_included() {
             {"name": "y", "steps": [{"id": "c", "type": "workflow", "workflow": "child"}]}
         ]},
         {"id": "g", "type": "gate", "prompt": "ok?"},
-        {"id": "d", "type": "http", "url": "http://x"}
+        {"id": "d", "type": "http", "url": "http://x"},
+        {"id": "c", "type": "conditional", "condition": "true",
+         "if_true": [{"id": "e", "type": "database", "connection": "main", "query": "SELECT 1"}],
+         "if_false": [{"id": "f", "tool": "notify_ops"}]}
     ]});
     assert_eq!(
         tools_of(&definition),
-        ["search", "shell", "workflow:child", "http"]
+        [
+            "search",
+            "shell",
+            "workflow:child",
+            "http",
+            "database",
+            "notify_ops"
+        ]
     );
+}
+
+#[test]
+fn a_steps_call_is_seen_item_by_item() {
+    let at = chrono::Utc::now();
+    let call = Call::from_step(
+        "shell",
+        json!({"command": ["wc", "-l", "a.txt"], "working_dir": "/tmp"}),
+        None,
+        true,
+        3,
+        at,
+    );
+    assert_eq!(
+        call.shape(),
+        ["command[0]", "command[1]", "command[2]", "working_dir"]
+    );
+    assert_eq!(call.args["command[2]"], "a.txt");
+    assert_eq!(
+        crate::domain::learning::list_item("command[2]"),
+        Some(("command", 2))
+    );
+    assert_eq!(crate::domain::learning::list_item("command"), None);
 }

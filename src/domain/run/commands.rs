@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 
 use super::types::{
-    DerivedKind, ErrorClass, Flow, ParentRef, RecoveryAction, RunOrigin, StepError,
+    DerivedKind, ErrorClass, Flow, ParentRef, RecoveryAction, RunOrigin, StepCall, StepError,
 };
 
 /// A request to change one run.
@@ -67,6 +67,8 @@ pub enum RunCommand {
         attempt: u32,
         idempotency_key: String,
         timeout_at: Option<DateTime<Utc>>,
+        /// What it calls (see [`StepCall`]).
+        call: Option<StepCall>,
         at: DateTime<Utc>,
     },
     /// Record the output of a running attempt. A reported cost is charged to the run

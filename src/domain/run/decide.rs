@@ -115,6 +115,7 @@ impl Decide for Run {
                 attempt,
                 idempotency_key,
                 timeout_at,
+                call,
                 at,
             } => {
                 check.status_in(ACTIVE)?;
@@ -167,6 +168,7 @@ impl Decide for Run {
                     attempt,
                     idempotency_key,
                     timeout_at,
+                    call,
                     at,
                 }])
             }

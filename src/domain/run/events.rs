@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 
 use super::types::{
-    DerivedKind, ErrorClass, Flow, ParentRef, RecoveryAction, RunOrigin, StepError,
+    DerivedKind, ErrorClass, Flow, ParentRef, RecoveryAction, RunOrigin, StepCall, StepError,
 };
 
 /// Something that happened in one workflow run.
@@ -84,6 +84,11 @@ pub enum RunEvent {
         attempt: u32,
         idempotency_key: String,
         timeout_at: Option<DateTime<Utc>>,
+        /// What the attempt calls, for a step that reaches outside awl (absent for
+        /// the others, for events recorded before it existed, and for an attempt
+        /// started again after a wait).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call: Option<StepCall>,
         at: DateTime<Utc>,
     },
     /// An attempt succeeded; `output` is what later steps read, on replay too.
@@ -259,6 +264,10 @@ impl RunEvent {
         match self {
             Self::Started { inputs, .. } => vec![Payload::Value(inputs)],
             Self::StepSucceeded { output, .. } => vec![Payload::Value(output)],
+            Self::StepStarted { call, .. } => call
+                .iter_mut()
+                .map(|c| Payload::Value(&mut c.inputs))
+                .collect(),
             Self::StepCarried { output, .. } => output.iter_mut().map(Payload::Value).collect(),
             Self::StepFailed { error, .. } => vec![Payload::Text(&mut error.message)],
             Self::StepSkipped { reason, .. }
@@ -274,7 +283,6 @@ impl RunEvent {
             }
             Self::Completed { outputs, .. } => vec![Payload::Value(outputs)],
             Self::StepScheduled { .. }
-            | Self::StepStarted { .. }
             | Self::StepRetried { .. }
             | Self::StepThrottled { .. }
             | Self::RecoveryApplied { .. }

@@ -40,8 +40,8 @@ pub use state::{
     RunOutcome, RunStatus, StepPhase, StepSituation, StepState,
 };
 pub use types::{
-    DerivedKind, ErrorClass, Flow, FlowSlot, ParentRef, RecoveryAction, RunOrigin, StepError,
-    UnknownErrorClass,
+    DerivedKind, ErrorClass, Flow, FlowSlot, ParentRef, RecoveryAction, RunOrigin, StepCall,
+    StepError, UnknownErrorClass,
 };
 
 /// A rerun or fork made from a run.
@@ -506,6 +506,7 @@ impl Run {
                 idempotency_key,
                 timeout_at,
                 at,
+                ..
             } => {
                 let restart = matches!(
                     self.steps.get(&step_id),

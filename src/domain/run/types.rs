@@ -167,6 +167,18 @@ impl DerivedKind {
     }
 }
 
+/// What a step that reaches outside awl was asked to do, as it started: the tool
+/// (a declared tool's name, `shell`, `http`, `database`, or `workflow:NAME` for a
+/// sub-workflow) and its rendered arguments. Learning reads it back as one tool call
+/// (with the attempt's outcome); a person reads it as the step's input. Credentials
+/// (HTTP headers, process environment) are not part of it, and the run's secrets are
+/// masked in it like in every other value of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepCall {
+    pub tool: String,
+    pub inputs: serde_json::Value,
+}
+
 /// The step of a parent run that started this run as a sub-workflow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParentRef {

@@ -31,12 +31,13 @@ use serde_json::{Value, json};
 use crate::domain::Decide;
 use crate::domain::ids::{GateId, RunId, StepId};
 use crate::domain::run::{
-    ErrorClass, GateDecision, RecoveryAction, Run, RunCommand, RunEvent, RunStatus, StepError,
-    StepState,
+    ErrorClass, GateDecision, RecoveryAction, Run, RunCommand, RunEvent, RunStatus, StepCall,
+    StepError, StepState,
 };
 use crate::expr::Expression;
 use crate::workflow::model::{
-    GateRejected, GateTimedOut, HandlerAction, OnError, Step, StepKind, WaitFor, Workflow,
+    GateRejected, GateTimedOut, HandlerAction, OnError, Step, StepKind, SubWorkflowStep, WaitFor,
+    Workflow,
 };
 
 use super::keys::{

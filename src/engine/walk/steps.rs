@@ -128,7 +128,7 @@ impl<'a> Walker<'a> {
                     });
                 }
                 Err(e) => {
-                    self.start(step, attempt, None)?;
+                    self.start(step, attempt, None, None)?;
                     return self.fail_step(
                         &id,
                         attempt,
@@ -143,15 +143,26 @@ impl<'a> Walker<'a> {
             StepKind::Gate(_) => None,
             _ => self.timeout_seconds(step, attempt),
         };
-        self.start(step, attempt, timeout)?;
-        self.on_start(step, attempt, prev)
+        match &step.kind {
+            StepKind::Workflow(w) => self.start_child(step, w, attempt, timeout, prev),
+            StepKind::Gate(_)
+            | StepKind::Conditional(_)
+            | StepKind::Parallel(_)
+            | StepKind::Agent(_) => {
+                self.start(step, attempt, timeout, None)?;
+                self.on_start(step, attempt, prev)
+            }
+            _ => self.start_and_perform(step, attempt, timeout, prev),
+        }
     }
 
+    /// Record the start of `attempt`, with what it calls if it reaches outside awl.
     pub(super) fn start(
         &mut self,
         step: &Step,
         attempt: u32,
         timeout: Option<u64>,
+        call: Option<StepCall>,
     ) -> Result<(), EngineError> {
         let id = step_id(step);
         let key = idempotency_key(self.run_id, &id, attempt);
@@ -161,11 +172,57 @@ impl<'a> Walker<'a> {
             attempt,
             idempotency_key: key,
             timeout_at: timeout.map(|s| self.now + Duration::seconds(s as i64)),
+            call,
             at: self.now,
         })
     }
 
-    /// What a step does as it starts.
+    /// Start a sub-workflow step: its inputs rendered, the start recording them, the
+    /// child run asked for.
+    fn start_child(
+        &mut self,
+        step: &Step,
+        w: &SubWorkflowStep,
+        attempt: u32,
+        timeout: Option<u64>,
+        prev: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let id = step_id(step);
+        let scope = self.scope_for(prev, &templates_of(step));
+        let inputs = match crate::expr::render_value(&Value::Object(w.inputs.clone()), &scope) {
+            Ok(Value::Object(inputs)) => inputs,
+            Ok(other) => {
+                self.start(step, attempt, timeout, None)?;
+                return self.fail_step(
+                    &id,
+                    attempt,
+                    ErrorClass::Validation,
+                    format!("inputs must render to a mapping, not {other}"),
+                );
+            }
+            Err(e) => {
+                self.start(step, attempt, timeout, None)?;
+                return self.fail_step(&id, attempt, ErrorClass::Validation, e.to_string());
+            }
+        };
+        let call = StepCall {
+            tool: format!("workflow:{}", w.workflow),
+            inputs: Value::Object(inputs.clone()),
+        };
+        self.start(step, attempt, timeout, Some(call))?;
+        self.effects.push(Effect::StartChild {
+            run_id: child_run_id(self.run_id, &id, attempt),
+            step_id: id,
+            attempt,
+            workflow: w.workflow.clone(),
+            inputs,
+        });
+        Ok(())
+    }
+
+    /// What a step that awl decides itself (a gate, a conditional, a parallel block,
+    /// an agent's task) does as it starts; performed steps and sub-workflows start
+    /// through [`Self::start_and_perform`] and [`Self::start_child`].
     pub(super) fn on_start(
         &mut self,
         step: &'a Step,
@@ -247,37 +304,20 @@ impl<'a> Walker<'a> {
                     Err(e) => self.fail_step(&id, attempt, ErrorClass::Validation, e),
                 }
             }
-            StepKind::Workflow(w) => {
-                let inputs = crate::expr::render_value(&Value::Object(w.inputs.clone()), &scope);
-                match inputs {
-                    Ok(Value::Object(inputs)) => {
-                        self.effects.push(Effect::StartChild {
-                            run_id: child_run_id(self.run_id, &id, attempt),
-                            step_id: id,
-                            attempt,
-                            workflow: w.workflow.clone(),
-                            inputs,
-                        });
-                        Ok(())
-                    }
-                    Ok(other) => self.fail_step(
-                        &id,
-                        attempt,
-                        ErrorClass::Validation,
-                        format!("inputs must render to a mapping, not {other}"),
-                    ),
-                    Err(e) => self.fail_step(&id, attempt, ErrorClass::Validation, e.to_string()),
-                }
-            }
-            _ => self.perform(step, attempt, prev),
+            other => Err(EngineError::Misrouted {
+                step: id,
+                kind: other.type_name(),
+            }),
         }
     }
 
-    /// Emit the work of a performed step's attempt.
-    pub(super) fn perform(
+    /// Start a performed step's attempt and emit its work: rendered first, so that
+    /// its start records what it calls; a rendering problem fails the started attempt.
+    pub(super) fn start_and_perform(
         &mut self,
         step: &Step,
         attempt: u32,
+        timeout: Option<u64>,
         prev: Option<&str>,
     ) -> Result<(), EngineError> {
         let id = step_id(step);
@@ -286,10 +326,14 @@ impl<'a> Walker<'a> {
             RecoveryAction::Fallback { tool } => Some(tool),
             _ => None,
         });
-        let work = match render::work(self.def, step, &scope, fallback.as_deref()) {
-            Ok(work) => work,
-            Err(e) => return self.fail_step(&id, attempt, ErrorClass::Validation, e),
+        let (work, call) = match render::performed(self.def, step, &scope, fallback.as_deref()) {
+            Ok(performed) => performed,
+            Err(e) => {
+                self.start(step, attempt, timeout, None)?;
+                return self.fail_step(&id, attempt, ErrorClass::Validation, e);
+            }
         };
+        self.start(step, attempt, timeout, call)?;
         let before = match self.recovery_before(&id, attempt) {
             Some(RecoveryAction::RefreshAuth) => self.refresh_hook(step, &id, attempt),
             _ => None,

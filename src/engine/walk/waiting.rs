@@ -69,8 +69,7 @@ impl<'a> Walker<'a> {
                 if !self.started_now.contains(&key) && !self.input.in_flight.contains(&key) {
                     // Started by a worker that is gone: start the same attempt again.
                     let timeout = self.timeout_seconds(step, attempt);
-                    self.start(step, attempt, timeout)?;
-                    self.perform(step, attempt, prev)?;
+                    self.start_and_perform(step, attempt, timeout, prev)?;
                 }
                 Ok(Some(Progress::Blocked))
             }

@@ -322,6 +322,7 @@ impl AwlMcp {
             workflow: p.workflow,
             inputs: p.inputs,
             priority: p.priority,
+            scope: Some(who.scope()),
         };
         let started = self
             .app

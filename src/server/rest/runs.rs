@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 
-use crate::runs::GateDecision;
+use crate::runs::{GateDecision, StartRun};
 use crate::server::AppState;
 use crate::server::caller::{gate_id, idempotency_header, run_id};
 use crate::server::extract::Body;
@@ -26,7 +26,11 @@ pub async fn start(
     Body(req): Body<StartRunRequest>,
 ) -> Api<Response> {
     let key = idempotency_header(&headers)?;
-    let started = app.runs.start(req.into(), &who.name, key.as_ref()).await?;
+    let request = StartRun {
+        scope: Some(who.scope()),
+        ..req.into()
+    };
+    let started = app.runs.start(request, &who.name, key.as_ref()).await?;
     Ok(created_or_found(
         started.created,
         StartedRun::from(&started),

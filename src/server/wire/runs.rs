@@ -31,6 +31,7 @@ impl From<StartRunRequest> for StartRun {
             workflow: r.workflow,
             inputs: r.inputs,
             priority: r.priority,
+            scope: None,
         }
     }
 }

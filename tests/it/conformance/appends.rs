@@ -16,6 +16,7 @@ pub async fn appends_and_reads_back_a_stream(backend: Backend) {
         trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
         traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
         command_id: Some(uuid::Uuid::now_v7()),
+        scope: Some("team:platform".into()),
     };
     let first = t
         .store

@@ -242,6 +242,7 @@ pub(super) fn step_started(
         attempt,
         idempotency_key: key.into(),
         timeout_at,
+        call: None,
         at,
     }
 }
@@ -541,6 +542,7 @@ pub(super) fn start_step(
         attempt,
         idempotency_key: key.into(),
         timeout_at,
+        call: None,
         at,
     }
 }

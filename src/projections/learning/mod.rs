@@ -1,4 +1,6 @@
-//! Learning: every tool call an agent reports, as one normalized row (`tool_calls`),
+//! Learning: every tool call, as one normalized row (`tool_calls`): those an agent
+//! reports (`task.tool_call_reported`) and those of workflow steps that reach outside
+//! awl (a declared tool, shell, http, database or sub-workflow step: see [`runs`]),
 //! and the tool sequences mined from them as they arrive (`tool_patterns`), with each
 //! session's recent calls (`tool_tails`) so that mining is incremental: a batch reads
 //! the tails of its sessions and the patterns it touches, never the log again.
@@ -18,8 +20,10 @@ use crate::store::rows::Param;
 
 use super::{Projection, ProjectionError, Writer, micros};
 
+mod runs;
+
 /// Bumped when the tables or the mining change.
-const BASE_VERSION: i32 = 1;
+const BASE_VERSION: i32 = 2;
 
 pub struct Learning {
     config: MiningConfig,
@@ -101,13 +105,13 @@ impl Projection for Learning {
         BASE_VERSION * 100_000 + window
     }
     fn ddl(&self) -> &'static str {
-        include_str!("../../projections/learning.sql")
+        include_str!("../../../projections/learning.sql")
     }
     fn tables(&self) -> &'static [&'static str] {
-        &["tool_calls", "tool_tails", "tool_patterns"]
+        &["tool_calls", "tool_tails", "tool_patterns", "tool_runs"]
     }
     fn stream_types(&self) -> Vec<StreamType> {
-        vec![StreamType::Task]
+        vec![StreamType::Task, StreamType::Run]
     }
 
     async fn apply(
@@ -115,7 +119,20 @@ impl Projection for Learning {
         w: &mut Writer<'_>,
         events: &[RecordedEvent],
     ) -> Result<(), ProjectionError> {
-        let calls: Vec<Observed> = events.iter().filter_map(observed).collect();
+        let mut calls: Vec<Observed> = Vec::new();
+        if events.iter().any(runs::reads) {
+            let mut in_flight = runs::RunCalls::load(w, events).await?;
+            for e in events {
+                if runs::reads(e) {
+                    calls.extend(in_flight.observe(e)?);
+                } else {
+                    calls.extend(observed(e));
+                }
+            }
+            in_flight.save(w).await?;
+        } else {
+            calls.extend(events.iter().filter_map(observed));
+        }
         if calls.is_empty() {
             return Ok(());
         }
