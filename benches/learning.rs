@@ -79,6 +79,8 @@ struct Args {
     calls: usize,
     rate: usize,
     seconds: u64,
+    /// Also rebuild each projection alone, timed (where mining's time goes).
+    per_projection: bool,
 }
 
 fn args() -> Args {
@@ -86,6 +88,7 @@ fn args() -> Args {
         calls: 1_000_000,
         rate: 5_000,
         seconds: 20,
+        per_projection: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -94,6 +97,7 @@ fn args() -> Args {
             "--calls" => a.calls = value(a.calls),
             "--rate" => a.rate = value(a.rate),
             "--seconds" => a.seconds = value(a.seconds as usize) as u64,
+            "--per-projection" => a.per_projection = true,
             _ => {}
         }
     }
@@ -343,6 +347,11 @@ async fn main() {
     let t = Instant::now();
     projections.catch_up_all().await.expect("catch up");
     let mined = t.elapsed();
+    let alone = if a.per_projection {
+        per_projection(&projections).await
+    } else {
+        String::new()
+    };
     let learner = Learner::new(store.clone(), LearnConfig::default());
     let t = Instant::now();
     let report = learner.propose("bench", Utc::now()).await.expect("propose");
@@ -378,6 +387,8 @@ async fn main() {
         ms(proposing),
         open.len()
     );
+
+    print!("{alone}");
 
     // `awl serve` start-up on that history.
     let mut health = Vec::new();
@@ -502,6 +513,25 @@ async fn main() {
     let live = live_lag(&store, a.rate, a.seconds, tasks).await;
     println!("{live}");
     server.shutdown().await.expect("stop");
+}
+
+/// Each projection rebuilt alone from 0 over the history: where mining's time goes.
+async fn per_projection(projections: &Projections) -> String {
+    let mut out = String::from("| rebuilt alone | time |\n|---|---:|\n");
+    for status in projections.status().await.expect("status") {
+        let t = Instant::now();
+        projections
+            .rebuild(&status.name, &|_, _| {})
+            .await
+            .expect("rebuild");
+        out.push_str(&format!(
+            "| `{}` | {:.1} s |\n",
+            status.name,
+            t.elapsed().as_secs_f64()
+        ));
+    }
+    out.push('\n');
+    out
 }
 
 /// Append tasks at `rate` tool calls per second for `seconds` while the server's
