@@ -81,6 +81,9 @@ struct Args {
     seconds: u64,
     /// Also rebuild each projection alone, timed (where mining's time goes).
     per_projection: bool,
+    /// Append the history, keep its database and stop (for profiling a rebuild of
+    /// it with `awl projections rebuild`).
+    history_only: bool,
 }
 
 fn args() -> Args {
@@ -89,6 +92,7 @@ fn args() -> Args {
         rate: 5_000,
         seconds: 20,
         per_projection: false,
+        history_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -98,6 +102,7 @@ fn args() -> Args {
             "--rate" => a.rate = value(a.rate),
             "--seconds" => a.seconds = value(a.seconds as usize) as u64,
             "--per-projection" => a.per_projection = true,
+            "--history-only" => a.history_only = true,
             _ => {}
         }
     }
@@ -342,6 +347,11 @@ async fn main() {
     append_tasks(&store, 0..tasks, start).await;
     let appended = t.elapsed();
     let head = store.head().await.expect("head");
+    if a.history_only {
+        println!("{head} events appended in {appended:?}; the database is kept: {url}");
+        std::mem::forget(fresh);
+        return;
+    }
     let projections = Projections::new(store.clone());
     projections.prepare().await.expect("prepare");
     let t = Instant::now();

@@ -27,10 +27,13 @@ CREATE TABLE {tool_patterns} (
     executions   BIGINT NOT NULL,
     successes    BIGINT NOT NULL,
     sessions     BIGINT NOT NULL,
+    last_session TEXT NOT NULL,
     confidence   DOUBLE PRECISION NOT NULL,
     first_at     BIGINT NOT NULL,
     last_at      BIGINT NOT NULL,
-    pattern      TEXT NOT NULL
+    span_ms      BIGINT NOT NULL,
+    -- tools, args, flows, evidence (JSON): written only when they change
+    detail       TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX {tool_patterns}_support ON {tool_patterns} (scope, successes);
 

@@ -255,17 +255,17 @@ impl Learner {
         let rows = self
             .store
             .query_rows(
-                "SELECT scope, pattern FROM tool_patterns WHERE successes >= ? ORDER BY pattern_key",
-                &[Param::from(i64::try_from(self.config.min_successes.max(1)).unwrap_or(1))],
+                "SELECT * FROM tool_patterns WHERE successes >= ? ORDER BY pattern_key",
+                &[Param::from(
+                    i64::try_from(self.config.min_successes.max(1)).unwrap_or(1),
+                )],
             )
             .await?;
         let mut by_scope: std::collections::BTreeMap<String, Vec<Pattern>> = Default::default();
         for row in rows {
-            let scope = text(&row, "scope").unwrap_or_default();
-            let pattern: Pattern = serde_json::from_str(&text(&row, "pattern").unwrap_or_default())
-                .map_err(|e| {
-                    LearnError::Invalid(format!("a stored pattern cannot be read: {e}"))
-                })?;
+            let (scope, pattern) = crate::projections::stored_pattern(&row).map_err(|e| {
+                LearnError::Invalid(format!("a stored pattern cannot be read: {e}"))
+            })?;
             by_scope.entry(scope).or_default().push(pattern);
         }
         let user_sequences = self.user_sequences().await?;
@@ -366,7 +366,7 @@ impl Learner {
             executions: u32::try_from(pattern.executions).unwrap_or(u32::MAX),
             example_runs: Vec::new(),
             tool_sequence: pattern.tools.clone(),
-            sessions: pattern.evidence.clone(),
+            sessions: pattern.evidence_sessions(),
             mean_ms: Some(pattern.mean_span_ms()),
         };
         let command = propose_command(

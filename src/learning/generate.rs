@@ -64,7 +64,7 @@ pub fn definition(name: &str, version: &str, scope: &str, pattern: &Pattern) -> 
         let mut args = Map::new();
         let empty = Default::default();
         for (key, stat) in pattern.args.get(i).unwrap_or(&empty) {
-            if stat.seen < pattern.successes {
+            if !stat.always {
                 continue;
             }
             let value = if let Some(flow) = pattern.steady_flow(i, key) {

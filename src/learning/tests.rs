@@ -46,7 +46,9 @@ fn pattern(sessions: usize) -> Pattern {
         for c in calls {
             for o in tail.push(c, &config) {
                 match &mut found {
-                    Some(p) => p.add(&o, &format!("task:{n}")),
+                    Some(p) => {
+                        p.add(&o, &format!("task:{n}"));
+                    }
                     None => found = Some(Pattern::first(&o, &format!("task:{n}"))),
                 }
             }
@@ -158,7 +160,9 @@ fn step_pattern(sessions: usize) -> Pattern {
         for c in calls {
             for o in tail.push(c, &config) {
                 match &mut found {
-                    Some(p) => p.add(&o, &format!("run:{n}")),
+                    Some(p) => {
+                        p.add(&o, &format!("run:{n}"));
+                    }
                     None => found = Some(Pattern::first(&o, &format!("run:{n}"))),
                 }
             }

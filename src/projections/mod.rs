@@ -29,11 +29,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::log::{RecordedEvent, StreamType};
-use crate::store::rows::Param;
+use crate::store::rows::{Column, Param};
 use crate::store::{StoreError, StoreTx};
 
 pub use runner::{ProjectionStatus, Projections};
 pub use verify::TableDifference;
+
+pub(crate) use learning::stored_pattern;
 
 /// What can go wrong while projecting.
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +131,9 @@ impl Writer<'_> {
     }
 
     /// Insert `rows` into `table` (a `{table}` name), replacing the row with the same
-    /// `key` columns: multi-row statements of at most 2,000 rows.
+    /// `key` columns: one statement on Postgres, multi-row statements of at most 2,000
+    /// rows elsewhere. Keys must be unique within `rows` (Postgres refuses to update a
+    /// row twice in one statement).
     pub async fn upsert(
         &mut self,
         table: &str,
@@ -148,22 +152,40 @@ impl Writer<'_> {
         } else {
             format!("DO UPDATE SET {}", updates.join(", "))
         };
-        let one = format!("({})", vec!["?"; columns.len()].join(", "));
-        for chunk in rows.chunks(per_statement) {
-            let sql = format!(
-                "INSERT INTO {table} ({}) VALUES {} ON CONFLICT ({}) {conflict}",
-                columns.join(", "),
-                vec![one.as_str(); chunk.len()].join(", "),
-                key.join(", "),
-            );
-            let params: Vec<Param> = chunk.iter().flatten().cloned().collect();
-            self.execute(&sql, &params).await?;
-        }
-        Ok(())
+        let head = format!("INSERT INTO {table} ({})", columns.join(", "));
+        let tail = format!("ON CONFLICT ({}) {conflict}", key.join(", "));
+        self.insert(&head, &tail, columns.len(), per_statement, rows)
+            .await
     }
 }
 
 impl Writer<'_> {
+    /// `head {rows} tail` for `rows`: on Postgres one statement with an array per
+    /// column; elsewhere `VALUES` lists of at most `per_statement` rows.
+    async fn insert(
+        &mut self,
+        head: &str,
+        tail: &str,
+        width: usize,
+        per_statement: usize,
+        rows: Vec<Vec<Param>>,
+    ) -> Result<(), ProjectionError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if self.tx.is_postgres() && Column::fit(&rows) {
+            let sql = self.sql(&format!("{head} {{rows}} {tail}"));
+            self.tx.insert_unnest(&sql, Column::of_rows(rows)).await?;
+            return Ok(());
+        }
+        let one = format!("({})", vec!["?"; width].join(", "));
+        for (n, params) in statements(rows, per_statement) {
+            let sql = format!("{head} VALUES {} {tail}", vec![one.as_str(); n].join(", "));
+            self.execute(&sql, &params).await?;
+        }
+        Ok(())
+    }
+
     /// Add to counters: insert each row of `key`, `sums` and `maxes` columns, or, for a
     /// key already there, add each `sums` column to the stored value and keep the
     /// larger of each `maxes` column. Keys must be unique within `rows`.
@@ -185,20 +207,26 @@ impl Writer<'_> {
                 "{c} = CASE WHEN excluded.{c} > {table}.{c} THEN excluded.{c} ELSE {table}.{c} END"
             )
         }));
-        let one = format!("({})", vec!["?"; columns.len()].join(", "));
-        for chunk in rows.chunks(500) {
-            let sql = format!(
-                "INSERT INTO {table} ({}) VALUES {} ON CONFLICT ({}) DO UPDATE SET {}",
-                columns.join(", "),
-                vec![one.as_str(); chunk.len()].join(", "),
-                key.join(", "),
-                set.join(", ")
-            );
-            let params: Vec<Param> = chunk.iter().flatten().cloned().collect();
-            self.execute(&sql, &params).await?;
-        }
-        Ok(())
+        let head = format!("INSERT INTO {table} ({})", columns.join(", "));
+        let tail = format!(
+            "ON CONFLICT ({}) DO UPDATE SET {}",
+            key.join(", "),
+            set.join(", ")
+        );
+        self.insert(&head, &tail, columns.len(), 500, rows).await
     }
+}
+
+/// `rows` in statements of at most `per_statement` rows: each statement's row count
+/// and its parameters, moved rather than copied.
+fn statements(rows: Vec<Vec<Param>>, per_statement: usize) -> Vec<(usize, Vec<Param>)> {
+    let mut out = Vec::new();
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<Vec<Param>> = rows.by_ref().take(per_statement.max(1)).collect();
+        out.push((chunk.len(), chunk.into_iter().flatten().collect()));
+    }
+    out
 }
 
 /// The histogram bucket of a duration: 0 for 0 ms, then four buckets per doubling

@@ -4,7 +4,7 @@
 //! never does.
 
 use serde_json::{Map, Value};
-use sqlx::{Column, Row, TypeInfo};
+use sqlx::{Column as _, Row, TypeInfo};
 
 use super::backend::Backend;
 use super::{EventStore, StoreError, StoreTx, TxConnection};
@@ -87,7 +87,7 @@ macro_rules! bind_all {
             q = match p {
                 Param::Int(v) => q.bind(*v),
                 Param::Float(v) => q.bind(*v),
-                Param::Text(v) => q.bind(v.clone()),
+                Param::Text(v) => q.bind(v.as_deref()),
             };
         }
         q
@@ -232,6 +232,105 @@ impl StoreTx {
                 sqlite_rows(rows).map_err(StoreError::db(what))
             }
         }
+    }
+}
+
+/// One column of many rows, for [`StoreTx::insert_unnest`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Column {
+    Int(Vec<Option<i64>>),
+    Float(Vec<Option<f64>>),
+    Text(Vec<Option<String>>),
+}
+
+impl Column {
+    /// Whether `rows` can be written as columns: every row as wide as the first, each
+    /// column of one type.
+    pub fn fit(rows: &[Vec<Param>]) -> bool {
+        let Some(first) = rows.first() else {
+            return true;
+        };
+        rows.iter().all(|row| {
+            row.len() == first.len()
+                && row
+                    .iter()
+                    .zip(first)
+                    .all(|(a, b)| std::mem::discriminant(a) == std::mem::discriminant(b))
+        })
+    }
+
+    /// `rows` as columns (see [`Column::fit`]: a value of another type than its
+    /// column's first is written as null).
+    pub fn of_rows(rows: Vec<Vec<Param>>) -> Vec<Column> {
+        let Some(first) = rows.first() else {
+            return Vec::new();
+        };
+        let mut columns: Vec<Column> = first
+            .iter()
+            .map(|p| match p {
+                Param::Int(_) => Column::Int(Vec::with_capacity(rows.len())),
+                Param::Float(_) => Column::Float(Vec::with_capacity(rows.len())),
+                Param::Text(_) => Column::Text(Vec::with_capacity(rows.len())),
+            })
+            .collect();
+        for row in rows {
+            for (column, p) in columns.iter_mut().zip(row) {
+                match (column, p) {
+                    (Column::Int(c), Param::Int(v)) => c.push(v),
+                    (Column::Float(c), Param::Float(v)) => c.push(v),
+                    (Column::Text(c), Param::Text(v)) => c.push(v),
+                    (Column::Int(c), _) => c.push(None),
+                    (Column::Float(c), _) => c.push(None),
+                    (Column::Text(c), _) => c.push(None),
+                }
+            }
+        }
+        columns
+    }
+
+    fn array_type(&self) -> &'static str {
+        match self {
+            Column::Int(_) => "bigint[]",
+            Column::Float(_) => "double precision[]",
+            Column::Text(_) => "text[]",
+        }
+    }
+}
+
+impl StoreTx {
+    /// Postgres: run `sql`, an `INSERT INTO t (...) {rows} ON CONFLICT ...`, with
+    /// `{rows}` the rows given as one array per column (`SELECT * FROM unnest(...)`):
+    /// a few parameters however many rows, where a `VALUES` list binds and parses one
+    /// per value. `None` on SQLite, which has no arrays (write `VALUES` there).
+    pub async fn insert_unnest(
+        &mut self,
+        sql: &str,
+        columns: Vec<Column>,
+    ) -> Result<Option<u64>, StoreError> {
+        let TxConnection::Postgres(c) = self.connection() else {
+            return Ok(None);
+        };
+        let arrays: Vec<String> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, column)| format!("${}::{}", i + 1, column.array_type()))
+            .collect();
+        let text = sql.replace(
+            "{rows}",
+            &format!("SELECT * FROM unnest({})", arrays.join(", ")),
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(text));
+        for column in columns {
+            q = match column {
+                Column::Int(v) => q.bind(v),
+                Column::Float(v) => q.bind(v),
+                Column::Text(v) => q.bind(v),
+            };
+        }
+        q.execute(c)
+            .await
+            .map(|r| Some(r.rows_affected()))
+            .map_err(StoreError::db("writing a read model"))
     }
 }
 

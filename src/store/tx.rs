@@ -49,6 +49,11 @@ impl StoreTx {
         }
     }
 
+    /// Whether this transaction is on Postgres (which takes arrays as parameters).
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.inner, Inner::Postgres(_))
+    }
+
     /// The connection, to write other tables in this transaction.
     pub fn connection(&mut self) -> TxConnection<'_> {
         match &mut self.inner {

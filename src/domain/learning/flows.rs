@@ -5,6 +5,7 @@
 //! characters and numbers other than 0 and 1. The nearest earlier call wins, and within
 //! an output the first path in document order (object keys sorted, arrays by index).
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -27,15 +28,16 @@ const MAX_DEPTH: usize = 4;
 const MAX_ITEMS: usize = 20;
 
 /// For each argument of each call (`"INDEX.KEY"`), the flow it came from.
-pub fn flows_between(calls: &[Call]) -> BTreeMap<String, Flow> {
+pub fn flows_between<C: Borrow<Call>>(calls: &[C]) -> BTreeMap<String, Flow> {
     let mut found = BTreeMap::new();
     for (j, call) in calls.iter().enumerate().skip(1) {
+        let call = call.borrow();
         for (key, value) in &call.args {
             if !distinctive(value) {
                 continue;
             }
             let source = (0..j).rev().find_map(|i| {
-                let output = calls[i].output.as_ref()?;
+                let output = calls[i].borrow().output.as_ref()?;
                 path_of(output, value, 0).map(|path| Flow { from: i, path })
             });
             if let Some(flow) = source {

@@ -20,6 +20,7 @@ mod suggest;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -157,15 +158,28 @@ pub fn list_item(key: &str) -> Option<(&str, usize)> {
     Some((name, index))
 }
 
-/// A run of consecutive calls of one session, ending in the newest.
+/// A run of consecutive calls of one session, ending in the newest. The calls are
+/// shared with the session's tail (a call ends up to six sequences at once).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Occurrence {
-    pub calls: Vec<Call>,
+    pub calls: Vec<Arc<Call>>,
 }
 
 impl Occurrence {
     pub fn tools(&self) -> Vec<String> {
         self.calls.iter().map(|c| c.tool.clone()).collect()
+    }
+
+    /// [`signature`] of its tools.
+    pub fn signature(&self) -> String {
+        let mut out = String::new();
+        for (i, c) in self.calls.iter().enumerate() {
+            if i > 0 {
+                out.push_str(" > ");
+            }
+            out.push_str(&c.tool);
+        }
+        out
     }
 
     /// Every call succeeded.
@@ -193,12 +207,13 @@ pub fn signature(tools: &[String]) -> String {
 /// most `max_length - 1` of them before the newest.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Tail {
-    pub calls: Vec<Call>,
+    pub calls: Vec<Arc<Call>>,
 }
 
 impl Tail {
     /// Add `call` and return the sequences that end in it, shortest first.
-    pub fn push(&mut self, call: Call, config: &MiningConfig) -> Vec<Occurrence> {
+    pub fn push(&mut self, call: impl Into<Arc<Call>>, config: &MiningConfig) -> Vec<Occurrence> {
+        let call = call.into();
         let window = chrono::Duration::from_std(config.window).unwrap_or(chrono::Duration::MAX);
         let earliest = call.at.checked_sub_signed(window);
         self.calls

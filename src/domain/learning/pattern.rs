@@ -9,33 +9,43 @@ use serde_json::Value;
 
 use super::{Occurrence, flows_between};
 
-/// How many sessions a pattern keeps as evidence.
+/// How many sessions a pattern keeps as evidence (the first it succeeded in; the
+/// latest is kept beside them).
 pub const MAX_EVIDENCE: usize = 20;
 /// How many distinct values of an argument are kept as examples.
 const MAX_EXAMPLES: usize = 5;
 
 /// One argument of one call of a pattern, over its successful executions.
+///
+/// Nothing here changes with every execution: once an argument's examples are full
+/// and it is known to vary, a new success leaves it as it was. The learning
+/// projection relies on that to write a pattern's details only when they change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArgStat {
     /// The value seen first.
     pub value: Value,
     /// Every execution that had the argument gave it the same value.
     pub constant: bool,
-    /// How many successful executions had it.
-    pub seen: u64,
+    /// Every successful execution had the argument.
+    pub always: bool,
     /// A few distinct values, first seen first.
     pub examples: Vec<Value>,
 }
 
-/// A flow into one argument and how many successful executions showed it.
+/// A flow into one argument: from which call's output, at which path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowStat {
     pub from: usize,
     pub path: String,
-    pub seen: u64,
+    /// Every successful execution showed this flow.
+    pub steady: bool,
 }
 
 /// A tool sequence of one scope.
+///
+/// Its counters (executions, successes, sessions, times) change with every execution;
+/// its details (`args`, `flows`, `evidence`) settle after a few, and
+/// [`Pattern::add`] says when they changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pattern {
     pub tools: Vec<String>,
@@ -54,7 +64,7 @@ pub struct Pattern {
     pub args: Vec<BTreeMap<String, ArgStat>>,
     /// Per argument (`"INDEX.KEY"`), the flow first seen into it.
     pub flows: BTreeMap<String, FlowStat>,
-    /// The latest sessions it succeeded in, oldest first.
+    /// The first sessions it succeeded in, in order.
     pub evidence: Vec<String>,
 }
 
@@ -83,15 +93,16 @@ impl Pattern {
         pattern
     }
 
-    /// Count one more execution of the sequence.
-    pub fn add(&mut self, occurrence: &Occurrence, session: &str) {
+    /// Count one more execution of the sequence. True if its details (arguments,
+    /// flows, evidence) changed, not only its counters.
+    pub fn add(&mut self, occurrence: &Occurrence, session: &str) -> bool {
         self.executions += 1;
         if let Some(last) = occurrence.calls.last() {
             self.last_at = self.last_at.max(last.at);
             self.first_at = self.first_at.min(last.at);
         }
         if !occurrence.succeeded() || occurrence.calls.len() != self.tools.len() {
-            return;
+            return false;
         }
         self.successes += 1;
         self.span_ms_total = self.span_ms_total.saturating_add(occurrence.span_ms());
@@ -99,27 +110,36 @@ impl Pattern {
             self.sessions += 1;
             self.last_session = session.to_string();
         }
-        self.evidence.retain(|s| s != session);
-        self.evidence.push(session.to_string());
-        if self.evidence.len() > MAX_EVIDENCE {
-            self.evidence.remove(0);
+        let mut changed = false;
+        if self.evidence.len() < MAX_EVIDENCE && !self.evidence.iter().any(|s| s == session) {
+            self.evidence.push(session.to_string());
+            changed = true;
         }
-        self.add_args(occurrence);
-        self.add_flows(occurrence);
+        changed |= self.add_args(occurrence);
+        changed |= self.add_flows(occurrence);
+        changed
     }
 
-    fn add_args(&mut self, occurrence: &Occurrence) {
+    fn add_args(&mut self, occurrence: &Occurrence) -> bool {
         let first = self.successes == 1;
+        let mut changed = false;
         for (stats, call) in self.args.iter_mut().zip(&occurrence.calls) {
+            for (key, stat) in stats.iter_mut() {
+                if stat.always && !call.args.contains_key(key) {
+                    stat.always = false;
+                    changed = true;
+                }
+            }
             for (key, value) in &call.args {
                 match stats.get_mut(key) {
                     Some(stat) => {
-                        stat.seen += 1;
-                        if stat.value != *value {
+                        if stat.constant && stat.value != *value {
                             stat.constant = false;
+                            changed = true;
                         }
                         if stat.examples.len() < MAX_EXAMPLES && !stat.examples.contains(value) {
                             stat.examples.push(value.clone());
+                            changed = true;
                         }
                     }
                     None => {
@@ -129,33 +149,44 @@ impl Pattern {
                                 value: value.clone(),
                                 // An argument missing from earlier executions varies.
                                 constant: first,
-                                seen: 1,
+                                always: first,
                                 examples: vec![value.clone()],
                             },
                         );
+                        changed = true;
                     }
                 }
             }
         }
+        changed
     }
 
-    fn add_flows(&mut self, occurrence: &Occurrence) {
-        for (arg, flow) in flows_between(&occurrence.calls) {
-            match self.flows.get_mut(&arg) {
-                Some(stat) if stat.from == flow.from && stat.path == flow.path => stat.seen += 1,
-                Some(_) => {}
-                None => {
-                    self.flows.insert(
-                        arg,
-                        FlowStat {
-                            from: flow.from,
-                            path: flow.path,
-                            seen: 1,
-                        },
-                    );
-                }
+    fn add_flows(&mut self, occurrence: &Occurrence) -> bool {
+        let first = self.successes == 1;
+        let shown = flows_between(&occurrence.calls);
+        let mut changed = false;
+        for (arg, stat) in self.flows.iter_mut() {
+            if stat.steady
+                && !shown
+                    .get(arg)
+                    .is_some_and(|f| f.from == stat.from && f.path == stat.path)
+            {
+                stat.steady = false;
+                changed = true;
             }
         }
+        for (arg, flow) in shown {
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.flows.entry(arg) {
+                slot.insert(FlowStat {
+                    from: flow.from,
+                    path: flow.path,
+                    // A flow missing from earlier executions is not steady.
+                    steady: first,
+                });
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// Successes over executions, from 0 to 1.
@@ -176,7 +207,16 @@ impl Pattern {
     pub fn steady_flow(&self, call: usize, key: &str) -> Option<&FlowStat> {
         self.flows
             .get(&format!("{call}.{key}"))
-            .filter(|f| f.seen == self.successes && f.from < call)
+            .filter(|f| f.steady && f.from < call)
+    }
+
+    /// The sessions it succeeded in, as evidence: the first ones and the latest.
+    pub fn evidence_sessions(&self) -> Vec<String> {
+        let mut out = self.evidence.clone();
+        if !self.last_session.is_empty() && !out.contains(&self.last_session) {
+            out.push(self.last_session.clone());
+        }
+        out
     }
 
     /// Whether `tools` runs inside this pattern's sequence.

@@ -21,7 +21,9 @@ fn mine(patterns: &mut BTreeMap<String, Pattern>, session: &str, calls: Vec<Call
         for occurrence in tail.push(c, &config) {
             let key = signature(&occurrence.tools());
             match patterns.get_mut(&key) {
-                Some(p) => p.add(&occurrence, session),
+                Some(p) => {
+                    p.add(&occurrence, session);
+                }
                 None => {
                     patterns.insert(key, Pattern::first(&occurrence, session));
                 }
@@ -136,12 +138,73 @@ fn a_failed_call_counts_an_execution_but_no_success() {
     }
     let mut failing = ticket_session(9, 9000);
     failing[2].success = false;
+    failing[0].args.remove("limit");
     mine(&mut patterns, "bad", failing);
     let p = &patterns["search > read > label"];
     assert_eq!((p.executions, p.successes), (4, 3));
     assert_eq!(p.confidence(), 0.75);
     assert!(!p.evidence.contains(&"bad".to_string()));
-    assert_eq!(p.args[0]["query"].seen, 3, "failed runs teach no arguments");
+    assert!(
+        p.args[0]["limit"].always && p.args[0]["limit"].constant,
+        "a failed run's missing arguments teach nothing"
+    );
+}
+
+#[test]
+fn an_argument_missing_from_one_success_is_not_always_there() {
+    let mut patterns = BTreeMap::new();
+    mine(&mut patterns, "s1", ticket_session(1, 0));
+    let mut without = ticket_session(2, 1000);
+    without[0].args.remove("limit");
+    mine(&mut patterns, "s2", without);
+    mine(&mut patterns, "s3", ticket_session(3, 2000));
+    let p = &patterns["search > read > label"];
+    assert!(!p.args[0]["limit"].always);
+    assert!(p.args[0]["query"].always);
+}
+
+#[test]
+fn details_settle_while_counters_go_on() {
+    // Sessions that repeat the same values: after the first success only the
+    // counters change, so the projection writes the details once.
+    let config = MiningConfig::default();
+    let mut pattern: Option<Pattern> = None;
+    let mut changed = Vec::new();
+    for n in 0..30 {
+        let mut tail = Tail::default();
+        let mut session = ticket_session(n % 3, n * 1000);
+        // Examples fill with three distinct values, then nothing new is seen.
+        session[0]
+            .args
+            .insert("query".into(), json!(format!("q{}", n % 3)));
+        for c in session {
+            for o in tail.push(c, &config) {
+                match &mut pattern {
+                    Some(p) => changed.push(p.add(&o, &format!("task:{n}"))),
+                    None => pattern = Some(Pattern::first(&o, &format!("task:{n}"))),
+                }
+            }
+        }
+    }
+    let p = pattern.expect("a pattern");
+    assert_eq!((p.executions, p.successes, p.sessions), (30, 30, 30));
+    assert_eq!(p.evidence.len(), super::pattern::MAX_EVIDENCE);
+    assert_eq!(p.evidence[0], "task:0", "the first sessions are kept");
+    assert!(
+        changed[..19].iter().all(|c| *c),
+        "evidence filling is a change"
+    );
+    assert!(
+        changed[19..].iter().all(|c| !*c),
+        "after that nothing but counters changed: {changed:?}"
+    );
+    let sessions = p.evidence_sessions();
+    assert_eq!(
+        sessions.last().map(String::as_str),
+        Some("task:29"),
+        "and the latest"
+    );
+    assert_eq!(sessions.len(), super::pattern::MAX_EVIDENCE + 1);
 }
 
 #[test]

@@ -9,7 +9,8 @@
 //! shape these rows, so they are part of the projection's version: changing
 //! `AWL_LEARN_WINDOW_SECONDS` rebuilds it from position 0 at the next start.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -23,15 +24,19 @@ use super::{Projection, ProjectionError, Writer, micros};
 mod runs;
 
 /// Bumped when the tables or the mining change.
-const BASE_VERSION: i32 = 2;
+const BASE_VERSION: i32 = 3;
 
 pub struct Learning {
     config: MiningConfig,
+    cache: DetailCache,
 }
 
 impl Learning {
     pub fn new(config: MiningConfig) -> Self {
-        Self { config }
+        Self {
+            config,
+            cache: DetailCache::default(),
+        }
     }
 
     /// The window from `AWL_LEARN_WINDOW_SECONDS` (default 300).
@@ -59,7 +64,7 @@ struct Observed {
     scope: String,
     session: String,
     actor: String,
-    call: Call,
+    call: Arc<Call>,
 }
 
 fn observed(e: &RecordedEvent) -> Option<Observed> {
@@ -75,14 +80,14 @@ fn observed(e: &RecordedEvent) -> Option<Observed> {
         .get("at")
         .and_then(|v| serde_json::from_value(v.clone()).ok())
         .unwrap_or(e.recorded_at);
-    let call = Call::new(
+    let call = Arc::new(Call::new(
         p.get("name").and_then(Value::as_str).unwrap_or_default(),
         p.get("parameters").cloned().unwrap_or(Value::Null),
         p.get("output").cloned(),
         p.get("success").and_then(Value::as_bool).unwrap_or(false),
         p.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
         at,
-    );
+    ));
     Some(Observed {
         position: e.position,
         scope: p
@@ -138,28 +143,41 @@ impl Projection for Learning {
         }
         write_calls(w, &calls).await?;
         let mut tails = load_tails(w, &calls).await?;
-        let mut found: Vec<(String, String, Occurrence)> = Vec::new();
-        for o in &calls {
+        // (pattern key, the call's index, the sequence it ends)
+        let mut found: Vec<(String, usize, Occurrence)> = Vec::new();
+        for (i, o) in calls.iter().enumerate() {
             let tail = tails.entry(o.session.clone()).or_default();
             for occurrence in tail.push(o.call.clone(), &self.config) {
-                found.push((o.scope.clone(), o.session.clone(), occurrence));
+                found.push((
+                    pattern_key(&o.scope, &occurrence.signature()),
+                    i,
+                    occurrence,
+                ));
             }
         }
         write_tails(w, &tails).await?;
         if found.is_empty() {
             return Ok(());
         }
-        let mut patterns = load_patterns(w, &found).await?;
-        for (scope, session, occurrence) in &found {
-            let key = pattern_key(scope, &signature(&occurrence.tools()));
+        let mut patterns = load_patterns(w, &self.cache, &found).await?;
+        for (key, i, occurrence) in found {
+            let Observed { scope, session, .. } = &calls[i];
             match patterns.get_mut(&key) {
-                Some((_, p)) => p.add(occurrence, session),
+                Some(t) => t.write_detail |= t.pattern.add(&occurrence, session),
                 None => {
-                    patterns.insert(key, (scope.clone(), Pattern::first(occurrence, session)));
+                    let pattern = Pattern::first(&occurrence, session);
+                    patterns.insert(
+                        key,
+                        Touched {
+                            scope: scope.clone(),
+                            pattern,
+                            write_detail: true,
+                        },
+                    );
                 }
             }
         }
-        write_patterns(w, patterns).await
+        write_patterns(w, &self.cache, patterns).await
     }
 }
 
@@ -174,7 +192,7 @@ async fn write_calls(w: &mut Writer<'_>, calls: &[Observed]) -> Result<(), Proje
                 Param::from(o.actor.clone()),
                 Param::from(o.call.tool.clone()),
                 Param::from(o.call.shape().join(",")),
-                Param::from(Value::Object(o.call.args.clone()).to_string()),
+                Param::from(serde_json::to_string(&o.call.args).unwrap_or_default()),
                 Param::from(i64::from(o.call.output.is_some())),
                 Param::from(i64::from(o.call.success)),
                 Param::from(i64::try_from(o.call.duration_ms).unwrap_or(i64::MAX)),
@@ -227,7 +245,7 @@ async fn load_tails(
         for row in w.query(&sql, &params).await? {
             let session = row.get("session").and_then(Value::as_str).unwrap_or("");
             let text = row.get("calls").and_then(Value::as_str).unwrap_or("[]");
-            let calls: Vec<Call> = serde_json::from_str(text)
+            let calls: Vec<Arc<Call>> = serde_json::from_str(text)
                 .map_err(|e| corrupt(format!("the tail of {session} cannot be read: {e}")))?;
             tails.insert(session.to_string(), Tail { calls });
         }
@@ -249,73 +267,257 @@ async fn write_tails(
         .await
 }
 
-type Patterns = BTreeMap<String, (String, Pattern)>;
+type Patterns = BTreeMap<String, Touched>;
+
+/// A pattern of this batch: its scope, its state, and whether its row is new or its
+/// details changed (else only its counters are written).
+struct Touched {
+    scope: String,
+    pattern: Pattern,
+    write_detail: bool,
+}
 
 async fn load_patterns(
     w: &mut Writer<'_>,
-    found: &[(String, String, Occurrence)],
+    cache: &DetailCache,
+    found: &[(String, usize, Occurrence)],
 ) -> Result<Patterns, ProjectionError> {
-    let mut keys: Vec<String> = found
-        .iter()
-        .map(|(scope, _, o)| pattern_key(scope, &signature(&o.tools())))
-        .collect();
+    let mut keys: Vec<&String> = found.iter().map(|(key, _, _)| key).collect();
     keys.sort_unstable();
     keys.dedup();
     let mut patterns = BTreeMap::new();
+    let mut missing: Vec<String> = Vec::new();
     for chunk in keys.chunks(500) {
         let sql = format!(
-            "SELECT pattern_key, scope, pattern FROM {{tool_patterns}} WHERE pattern_key IN ({})",
+            "SELECT {COUNTERS} FROM {{tool_patterns}} WHERE pattern_key IN ({})",
+            vec!["?"; chunk.len()].join(", ")
+        );
+        let params: Vec<Param> = chunk.iter().map(|k| Param::from((*k).clone())).collect();
+        for row in w.query(&sql, &params).await? {
+            let key = row.get("pattern_key").and_then(Value::as_str).unwrap_or("");
+            let executions = counter(&row, "executions");
+            let detail = cache.take(w.generation, key, executions);
+            if detail.is_none() {
+                missing.push(key.to_string());
+            }
+            let scope = row.get("scope").and_then(Value::as_str).unwrap_or("");
+            let pattern = from_counters(&row, detail.unwrap_or_default());
+            patterns.insert(
+                key.to_string(),
+                Touched {
+                    scope: scope.to_string(),
+                    pattern,
+                    write_detail: false,
+                },
+            );
+        }
+    }
+    for chunk in missing.chunks(500) {
+        let sql = format!(
+            "SELECT pattern_key, detail FROM {{tool_patterns}} WHERE pattern_key IN ({})",
             vec!["?"; chunk.len()].join(", ")
         );
         let params: Vec<Param> = chunk.iter().map(|k| Param::from(k.clone())).collect();
         for row in w.query(&sql, &params).await? {
             let key = row.get("pattern_key").and_then(Value::as_str).unwrap_or("");
-            let scope = row.get("scope").and_then(Value::as_str).unwrap_or("");
-            let text = row.get("pattern").and_then(Value::as_str).unwrap_or("");
-            let pattern: Pattern = serde_json::from_str(text)
-                .map_err(|e| corrupt(format!("pattern {key:?} cannot be read: {e}")))?;
-            patterns.insert(key.to_string(), (scope.to_string(), pattern));
+            let detail = read_detail(key, &row)?;
+            if let Some(touched) = patterns.get_mut(key) {
+                set_detail(&mut touched.pattern, detail);
+            }
         }
     }
     Ok(patterns)
 }
 
-async fn write_patterns(w: &mut Writer<'_>, patterns: Patterns) -> Result<(), ProjectionError> {
-    let mut rows = Vec::with_capacity(patterns.len());
-    for (key, (scope, p)) in patterns {
-        let json =
-            serde_json::to_string(&p).map_err(|e| corrupt(format!("pattern {key:?}: {e}")))?;
-        rows.push(vec![
-            Param::from(key),
-            Param::from(scope),
+async fn write_patterns(
+    w: &mut Writer<'_>,
+    cache: &DetailCache,
+    patterns: Patterns,
+) -> Result<(), ProjectionError> {
+    let (mut full, mut counters) = (Vec::new(), Vec::new());
+    let mut settled = Vec::with_capacity(patterns.len());
+    for (key, t) in patterns {
+        let p = &t.pattern;
+        let mut row = vec![
+            Param::from(key.clone()),
+            Param::from(t.scope),
             Param::from(signature(&p.tools)),
             Param::from(i64::try_from(p.tools.len()).unwrap_or(0)),
             Param::from(i64::try_from(p.executions).unwrap_or(i64::MAX)),
             Param::from(i64::try_from(p.successes).unwrap_or(i64::MAX)),
             Param::from(i64::try_from(p.sessions).unwrap_or(i64::MAX)),
+            Param::from(p.last_session.clone()),
             Param::from(p.confidence()),
             Param::from(micros(p.first_at)),
             Param::from(micros(p.last_at)),
-            Param::from(json),
-        ]);
+            Param::from(i64::try_from(p.span_ms_total).unwrap_or(i64::MAX)),
+        ];
+        if t.write_detail {
+            let json = serde_json::to_string(&DetailRef::of(p))
+                .map_err(|e| corrupt(format!("pattern {key:?}: {e}")))?;
+            row.push(Param::from(json));
+            full.push(row);
+        } else {
+            counters.push(row);
+        }
+        settled.push((key, t.pattern));
     }
-    w.upsert(
-        "{tool_patterns}",
-        &[
-            "pattern_key",
-            "scope",
-            "signature",
-            "length",
-            "executions",
-            "successes",
-            "sessions",
-            "confidence",
-            "first_at",
-            "last_at",
-            "pattern",
-        ],
-        &["pattern_key"],
-        rows,
-    )
-    .await
+    let mut columns = WRITTEN.to_vec();
+    w.upsert("{tool_patterns}", &columns, &["pattern_key"], counters)
+        .await?;
+    columns.push("detail");
+    w.upsert("{tool_patterns}", &columns, &["pattern_key"], full)
+        .await?;
+    cache.put(w.generation, settled);
+    Ok(())
+}
+
+/// The columns a batch writes for every pattern it touched (`detail` only when it
+/// changed).
+const WRITTEN: [&str; 12] = [
+    "pattern_key",
+    "scope",
+    "signature",
+    "length",
+    "executions",
+    "successes",
+    "sessions",
+    "last_session",
+    "confidence",
+    "first_at",
+    "last_at",
+    "span_ms",
+];
+
+/// The columns of a pattern but its details.
+const COUNTERS: &str =
+    "pattern_key, scope, executions, successes, sessions, last_session, first_at, last_at, span_ms";
+
+/// A pattern's details as stored (`detail`): what settles after a few executions.
+#[derive(serde::Serialize)]
+struct DetailRef<'a> {
+    tools: &'a [String],
+    args: &'a [BTreeMap<String, crate::domain::learning::ArgStat>],
+    flows: &'a BTreeMap<String, crate::domain::learning::FlowStat>,
+    evidence: &'a [String],
+}
+
+impl<'a> DetailRef<'a> {
+    fn of(p: &'a Pattern) -> Self {
+        Self {
+            tools: &p.tools,
+            args: &p.args,
+            flows: &p.flows,
+            evidence: &p.evidence,
+        }
+    }
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct Detail {
+    tools: Vec<String>,
+    args: Vec<BTreeMap<String, crate::domain::learning::ArgStat>>,
+    flows: BTreeMap<String, crate::domain::learning::FlowStat>,
+    evidence: Vec<String>,
+}
+
+fn read_detail(key: &str, row: &serde_json::Map<String, Value>) -> Result<Detail, ProjectionError> {
+    let text = row.get("detail").and_then(Value::as_str).unwrap_or("");
+    serde_json::from_str(text).map_err(|e| corrupt(format!("pattern {key:?} cannot be read: {e}")))
+}
+
+fn set_detail(p: &mut Pattern, d: Detail) {
+    p.tools = d.tools;
+    p.args = d.args;
+    p.flows = d.flows;
+    p.evidence = d.evidence;
+}
+
+fn counter(row: &serde_json::Map<String, Value>, key: &str) -> u64 {
+    row.get(key)
+        .and_then(Value::as_i64)
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+fn time(row: &serde_json::Map<String, Value>, key: &str) -> chrono::DateTime<chrono::Utc> {
+    row.get(key)
+        .and_then(Value::as_i64)
+        .and_then(chrono::DateTime::from_timestamp_micros)
+        .unwrap_or_default()
+}
+
+fn from_counters(row: &serde_json::Map<String, Value>, d: Detail) -> Pattern {
+    let mut p = Pattern {
+        tools: Vec::new(),
+        executions: counter(row, "executions"),
+        successes: counter(row, "successes"),
+        sessions: counter(row, "sessions"),
+        last_session: row
+            .get("last_session")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        first_at: time(row, "first_at"),
+        last_at: time(row, "last_at"),
+        span_ms_total: counter(row, "span_ms"),
+        args: Vec::new(),
+        flows: BTreeMap::new(),
+        evidence: Vec::new(),
+    };
+    set_detail(&mut p, d);
+    p
+}
+
+/// A stored pattern (every column of its `tool_patterns` row): its scope and state.
+pub(crate) fn stored_pattern(
+    row: &serde_json::Map<String, Value>,
+) -> Result<(String, Pattern), ProjectionError> {
+    let key = row.get("pattern_key").and_then(Value::as_str).unwrap_or("");
+    let detail = read_detail(key, row)?;
+    let scope = row.get("scope").and_then(Value::as_str).unwrap_or("");
+    Ok((scope.to_string(), from_counters(row, detail)))
+}
+
+/// Patterns' details as this process last wrote them, so a batch reads and parses
+/// only the counters of the patterns it touches. An entry counts only while the
+/// stored executions are the ones it was written with: a pattern another process
+/// (or a batch that rolled back) changed since is read again. Executions grow by one
+/// per occurrence in log order, so equal counts mean equal details.
+#[derive(Default)]
+pub(super) struct DetailCache {
+    entries: Mutex<HashMap<(i64, String), (u64, Detail)>>,
+}
+
+/// Patterns kept at most (details of a few kilobytes each).
+const CACHED_PATTERNS: usize = 16_384;
+
+impl DetailCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, String), (u64, Detail)>> {
+        // A panic while holding the lock leaves a map that is only ever read as hints.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The details of `key` in `generation` if they were written at `executions`.
+    fn take(&self, generation: i64, key: &str, executions: u64) -> Option<Detail> {
+        let mut entries = self.lock();
+        let (at, detail) = entries.remove(&(generation, key.to_string()))?;
+        (at == executions).then_some(detail)
+    }
+
+    fn put(&self, generation: i64, patterns: Vec<(String, Pattern)>) {
+        let mut entries = self.lock();
+        if entries.len() + patterns.len() > CACHED_PATTERNS {
+            entries.clear();
+        }
+        for (key, p) in patterns.into_iter().take(CACHED_PATTERNS) {
+            let detail = Detail {
+                tools: p.tools,
+                args: p.args,
+                flows: p.flows,
+                evidence: p.evidence,
+            };
+            entries.insert((generation, key), (p.executions, detail));
+        }
+    }
 }

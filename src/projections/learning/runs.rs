@@ -211,14 +211,14 @@ impl RunCalls {
             scope: run.scope.clone(),
             session: format!("run:{id}"),
             actor: run.actor.clone(),
-            call: Call::from_step(
+            call: std::sync::Arc::new(Call::from_step(
                 &pending.tool,
                 pending.inputs,
                 output,
                 success,
                 duration_ms,
                 at,
-            ),
+            )),
         })
     }
 
