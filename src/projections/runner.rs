@@ -132,58 +132,103 @@ impl Projections {
         Ok(outdated)
     }
 
-    /// Catch every projection up.
+    /// The projections in the groups that step together, each group in its own
+    /// transaction: on Postgres each projection alone (groups run side by side on
+    /// their own connections, so a slow one does not hold the others back); on SQLite,
+    /// one writer at a time anyway, all of them in one (one commit for all).
+    fn groups(&self) -> Vec<Vec<Arc<dyn Projection>>> {
+        let mut list = self.list.clone();
+        // Lock in name order, the same order everywhere, so two processes cannot
+        // deadlock.
+        list.sort_by_key(|p| p.name());
+        if self.store.backend_name() == "postgres" {
+            list.into_iter().map(|p| vec![p]).collect()
+        } else {
+            vec![list]
+        }
+    }
+
+    /// Catch every projection up (groups side by side).
     pub async fn catch_up_all(&self) -> Result<(), ProjectionError> {
-        while self.step_all().await? > 0 {}
+        let groups = self.groups();
+        futures_util::future::try_join_all(groups.iter().map(|group| async move {
+            let mut limit = BATCH;
+            loop {
+                let step = self.step_group(group, limit).await?;
+                if step.moved == 0 {
+                    return Ok::<_, ProjectionError>(());
+                }
+                limit = step.next_limit(limit);
+            }
+        }))
+        .await?;
         Ok(())
     }
 
-    /// One batch for every projection in one transaction: one read of the log (from
-    /// the lowest checkpoint), each projection given the events past its own
-    /// checkpoint that it reads, every checkpoint moved. Returns how far the lowest
-    /// checkpoint moved (0: all caught up).
+    /// One batch for every projection (group by group). Returns how far the lowest
+    /// checkpoint of a group moved, the most of any group (0: all caught up).
     pub async fn step_all(&self) -> Result<i64, ProjectionError> {
+        let mut moved = 0;
+        for group in self.groups() {
+            moved = moved.max(self.step_group(&group, BATCH).await?.moved);
+        }
+        Ok(moved)
+    }
+
+    /// One batch for `group` in one transaction: one read of the log (from the
+    /// group's lowest checkpoint, at most `limit` events of the stream types it
+    /// reads), each projection given the events past its own checkpoint, every
+    /// checkpoint moved. The page is read before the transaction takes the
+    /// checkpoints' locks, so a group holds one connection at a time (groups side by
+    /// side never wait on each other for a second one) and its locks briefly.
+    async fn step_group(
+        &self,
+        group: &[Arc<dyn Projection>],
+        limit: i64,
+    ) -> Result<Step, ProjectionError> {
         let backend = self.store.backend_name();
-        let mut tx = self.begin().await?;
-        // Lock in name order, the same order everywhere, so two processes cannot
-        // deadlock.
-        let mut list: Vec<&Arc<dyn Projection>> = self.list.iter().collect();
-        list.sort_by_key(|p| p.name());
-        let mut states = Vec::with_capacity(list.len());
-        for p in &list {
-            match read_state(&mut tx, p.name(), true, backend).await? {
-                Some(state) => states.push(state),
-                None => {
-                    tx.rollback().await?;
-                    return Err(ProjectionError::Unknown(
-                        p.name().to_string(),
-                        "run prepare first".into(),
-                    ));
+        let filter = filter_of_group(group);
+        let (mut tx, states, events, scanned, from) = loop {
+            let from = self.lowest_checkpoint(group).await?;
+            let (events, scanned) = self.store.read_page(from, limit, &filter).await?;
+            if scanned <= from {
+                return Ok(Step {
+                    moved: 0,
+                    full: false,
+                });
+            }
+            let mut tx = self.begin().await?;
+            let mut states = Vec::with_capacity(group.len());
+            for p in group {
+                match read_state(&mut tx, p.name(), true, backend).await? {
+                    Some(state) => states.push(state),
+                    None => {
+                        tx.rollback().await?;
+                        return Err(unprepared(p.name()));
+                    }
                 }
             }
-        }
-        let from = states.iter().map(|s| s.position).min().unwrap_or(0);
-        let (events, scanned) = self
-            .store
-            .read_page(from, BATCH, &EventFilter::default())
-            .await?;
-        if scanned <= from {
+            // Checkpoints only move forward; if one is behind what was read (a
+            // rebuild swapped in meanwhile), read again.
+            if states.iter().all(|s| s.position >= from) {
+                break (tx, states, events, scanned, from);
+            }
             tx.rollback().await?;
-            return Ok(0);
-        }
-        for (p, state) in list.iter().zip(&states) {
+        };
+        let full = events.len() as i64 >= limit;
+        for (p, state) in group.iter().zip(&states) {
             if state.position >= scanned {
                 continue;
             }
             let kinds = p.stream_types();
-            let mine: Vec<_> = events
-                .iter()
-                .filter(|e| {
-                    e.position > state.position
-                        && (kinds.is_empty() || kinds.contains(&e.stream.kind))
-                })
-                .cloned()
-                .collect();
+            let wanted = |e: &RecordedEvent| {
+                e.position > state.position && (kinds.is_empty() || kinds.contains(&e.stream.kind))
+            };
+            let mine: std::borrow::Cow<'_, [RecordedEvent]> = if events.iter().all(wanted) {
+                std::borrow::Cow::Borrowed(&events)
+            } else {
+                events.iter().filter(|e| wanted(e)).cloned().collect()
+            };
             if !mine.is_empty() {
                 let mut w = Writer {
                     tx: &mut tx,
@@ -199,7 +244,31 @@ impl Projections {
             .await?;
         }
         tx.commit().await?;
-        Ok(scanned - from)
+        Ok(Step {
+            moved: scanned - from,
+            full,
+        })
+    }
+
+    /// The lowest checkpoint of `group`, read without locking.
+    async fn lowest_checkpoint(
+        &self,
+        group: &[Arc<dyn Projection>],
+    ) -> Result<i64, ProjectionError> {
+        let rows = self
+            .store
+            .query_rows("SELECT name, position FROM projection_state", &[])
+            .await?;
+        let mut lowest = None;
+        for p in group {
+            let position = rows
+                .iter()
+                .find(|r| r.get("name").and_then(|v| v.as_str()) == Some(p.name()))
+                .and_then(|r| r.get("position").and_then(|v| v.as_i64()))
+                .ok_or_else(|| unprepared(p.name()))?;
+            lowest = Some(lowest.map_or(position, |l: i64| l.min(position)));
+        }
+        Ok(lowest.unwrap_or(0))
     }
 
     /// Prepare, rebuild what is outdated (in the background), then follow the log
@@ -210,11 +279,11 @@ impl Projections {
     }
 
     /// After [`Projections::prepare`]: rebuild the `outdated` projections it named (in
-    /// the background), then follow the log until `stop`.
+    /// the background), then follow the log until `stop`, each group on its own.
     pub async fn follow(
         &self,
         outdated: Vec<&'static str>,
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
     ) -> Result<(), ProjectionError> {
         for name in outdated {
             let me = self.clone();
@@ -225,14 +294,38 @@ impl Projections {
                 }
             });
         }
+        let groups = self.groups();
+        futures_util::future::join_all(
+            groups
+                .iter()
+                .map(|group| self.follow_group(group, stop.clone())),
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Step `group` whenever the log grows (and every second), until `stop`: in
+    /// batches of [`BATCH`] events near the head, larger while it is behind (fewer
+    /// round trips per event, so it catches up).
+    async fn follow_group(&self, group: &[Arc<dyn Projection>], mut stop: watch::Receiver<bool>) {
         let mut wake = self.store.subscribe();
+        let mut limit = BATCH;
         loop {
             wake.borrow_and_update();
-            if let Err(e) = self.catch_up_all().await {
-                tracing::error!(error = %e, "a projection failed; retrying in 1 s");
+            loop {
+                match self.step_group(group, limit).await {
+                    Ok(step) if step.moved > 0 => limit = step.next_limit(limit),
+                    Ok(_) => break,
+                    Err(e) => {
+                        let names: Vec<_> = group.iter().map(|p| p.name()).collect();
+                        tracing::error!(projections = ?names, error = %e, "a projection failed; retrying in 1 s");
+                        limit = BATCH;
+                        break;
+                    }
+                }
             }
             tokio::select! {
-                _ = stop.changed() => return Ok(()),
+                _ = stop.changed() => return,
                 _ = wake.changed() => {
                     // Let a burst of appends gather into one batch (one commit for many
                     // events): lag grows by at most this much.
@@ -525,6 +618,51 @@ impl Projections {
             });
         }
         Ok(out)
+    }
+}
+
+fn unprepared(name: &str) -> ProjectionError {
+    ProjectionError::Unknown(name.to_string(), "run prepare first".into())
+}
+
+/// What one batch of a group did.
+struct Step {
+    /// How far the group's lowest checkpoint moved.
+    moved: i64,
+    /// Whether the page was full (more events are waiting).
+    full: bool,
+}
+
+impl Step {
+    /// The page size after this step: doubled while pages come back full, up to
+    /// [`REBUILD_PAGE`]; [`BATCH`] once the group is close to the head.
+    fn next_limit(&self, limit: i64) -> i64 {
+        if self.full {
+            (limit * 2).min(REBUILD_PAGE)
+        } else {
+            BATCH
+        }
+    }
+}
+
+/// The events a group reads: the stream types of its projections, or all of them if
+/// one reads every stream.
+fn filter_of_group(group: &[Arc<dyn Projection>]) -> EventFilter {
+    let mut kinds = Vec::new();
+    for p in group {
+        let mine = p.stream_types();
+        if mine.is_empty() {
+            return EventFilter::default();
+        }
+        for k in mine {
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
+        }
+    }
+    EventFilter {
+        stream_types: kinds,
+        ..EventFilter::default()
     }
 }
 
