@@ -4,6 +4,7 @@ use crate::domain::agent::AgentError;
 use crate::domain::ids::{AgentId, IdError, TaskId};
 use crate::domain::task::TaskError;
 use crate::error::{Classified, ErrorKind};
+use crate::projections::queries::QueryError;
 use crate::store::StoreError;
 use crate::store::command::CommandError;
 
@@ -29,6 +30,9 @@ pub enum BoardError {
     Busy(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Reading the board projection (ended tasks) failed.
+    #[error(transparent)]
+    View(#[from] QueryError),
 }
 
 impl From<IdError> for BoardError {
@@ -62,6 +66,7 @@ impl Classified for BoardError {
             | Self::Invalid(_) => ErrorKind::Invalid,
             Self::Busy(_) => ErrorKind::Unavailable,
             Self::Store(e) => e.kind(),
+            Self::View(e) => e.kind(),
             Self::AgentRetired(_)
             | Self::Task(_)
             | Self::Agent(_)
@@ -91,6 +96,7 @@ impl Classified for BoardError {
             Self::IdempotencyMismatch { .. } => "idempotency_mismatch",
             Self::Busy(_) => "busy",
             Self::Store(e) => e.code(),
+            Self::View(e) => e.code(),
         }
     }
 }

@@ -46,10 +46,11 @@ use crate::domain::ids::{AgentId, TaskId};
 use crate::domain::task::{Task, TaskStatus};
 use crate::domain::workspace::{Capabilities, Workspace};
 use crate::log::{EventFilter, StreamRef, StreamType};
+use crate::projections::queries as read_models;
 use crate::store::{EventStore, domain_io};
 
 pub use error::BoardError;
-pub use queries::TaskQuery;
+pub use queries::{InMemory, TaskQuery};
 use view::{Applied, BoardView};
 use views::TaskView;
 
@@ -162,19 +163,37 @@ struct State {
 }
 
 impl Board {
-    /// Open the board: fold every task and agent stream of the log into the view.
+    /// Open the board: start from the board and agents projections' live rows at
+    /// their checkpoints (or, when they are missing or outdated, from nothing) and
+    /// fold the task and agent events after them, up to the head.
     pub async fn open(
         store: EventStore,
         clock: Clock,
         config: BoardConfig,
     ) -> Result<Self, BoardError> {
         let mut view = BoardView::default();
+        let (tasks_at, agents_at) = match read_models::board_snapshot(&store).await {
+            Ok(Some(snapshot)) => start_from(&store, &mut view, snapshot).await?,
+            Ok(None) => (0, 0),
+            Err(e) => {
+                tracing::warn!(error = %e, "the board projection cannot be read; folding the log instead");
+                (0, 0)
+            }
+        };
         let filter = board_filter();
-        let mut after = 0;
+        let mut after = tasks_at.min(agents_at);
         loop {
             let (events, scanned) = store.read_page(after, 5_000, &filter).await?;
             for event in &events {
-                // A snapshot read in position order cannot skip a version of a stream.
+                let known = match event.stream.kind {
+                    StreamType::Task => tasks_at,
+                    _ => agents_at,
+                };
+                if event.position <= known {
+                    continue;
+                }
+                // Read in position order from a consistent start, the next event of a
+                // stream is the next version: no gap to reload.
                 view.apply(event)?;
             }
             if scanned == after {
@@ -367,6 +386,33 @@ impl Board {
         self.state().view.put_agent(id.clone(), agent, version);
         Ok(())
     }
+}
+
+/// Put the snapshot's tasks and agents in `view` (those whose stored copy hides
+/// personal data or secrets folded from their streams instead); returns the
+/// checkpoints it was taken at.
+async fn start_from(
+    store: &EventStore,
+    view: &mut BoardView,
+    snapshot: read_models::BoardSnapshot,
+) -> Result<(i64, i64), BoardError> {
+    for stored in snapshot.tasks {
+        let id: TaskId = stored.id.parse()?;
+        let (task, version) = match stored.state {
+            Some(task) => (task, stored.version),
+            None => domain_io::load::<Task>(store, &task_stream(id)).await?,
+        };
+        view.put_task(id, task, version);
+    }
+    for stored in snapshot.agents {
+        let id = AgentId::try_from(stored.id.as_str())?;
+        let (agent, version) = match stored.state {
+            Some(agent) => (agent, stored.version),
+            None => domain_io::load::<Agent>(store, &agent_stream(&id)).await?,
+        };
+        view.put_agent(id, agent, version);
+    }
+    Ok((snapshot.tasks_at, snapshot.agents_at))
 }
 
 fn task_stream(id: TaskId) -> StreamRef {

@@ -9,6 +9,11 @@ use crate::domain::ids::{AgentId, RunId, TaskId};
 use crate::domain::task::TaskStatus;
 use crate::page::Cursor;
 
+use std::collections::{BTreeMap, HashSet};
+
+use crate::domain::task::Task;
+use crate::projections::queries as read_models;
+
 use super::views::{AgentView, HistoryEntry, TaskPage, TaskView};
 use super::{Board, BoardError, task_stream};
 
@@ -23,7 +28,28 @@ pub struct TaskQuery {
     pub limit: usize,
 }
 
+/// What the board holds in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InMemory {
+    /// Tasks not ended.
+    pub live_tasks: usize,
+    /// Tasks that ended lately (at most 10,000).
+    pub ended_tasks: usize,
+    pub agents: usize,
+}
+
 impl Board {
+    /// What the board holds in memory: it grows with the work in flight, not with
+    /// the history.
+    pub fn in_memory(&self) -> InMemory {
+        let st = self.state();
+        InMemory {
+            live_tasks: st.view.tasks().count(),
+            ended_tasks: st.view.ended().count(),
+            agents: st.view.agents().count(),
+        }
+    }
+
     pub fn agent(&self, id: &AgentId) -> Option<AgentView> {
         let st = self.state();
         let entry = st.view.agent(id)?;
@@ -48,11 +74,22 @@ impl Board {
         agents
     }
 
-    /// How many tasks are in each column, every status listed (zero included).
-    pub fn column_counts(&self) -> Vec<(TaskStatus, usize)> {
+    /// How many tasks are in each column, every status listed (zero included): live
+    /// columns from memory, ended ones from the board projection (lately ended tasks
+    /// it has not applied yet are not counted).
+    pub async fn column_counts(&self) -> Result<Vec<(TaskStatus, usize)>, BoardError> {
+        let stored = read_models::column_counts(self.store()).await?;
         let st = self.state();
         let mut counts: Vec<(TaskStatus, usize)> =
             TaskStatus::ALL.iter().map(|s| (*s, 0)).collect();
+        for (status, count) in &mut counts {
+            if status.is_terminal() {
+                *count = stored
+                    .iter()
+                    .find(|(s, _)| s == status.as_str())
+                    .map_or(0, |(_, n)| usize::try_from(*n).unwrap_or(0));
+            }
+        }
         for entry in st.view.tasks() {
             if let Some(status) = entry.state.status()
                 && let Some(slot) = counts.iter_mut().find(|(s, _)| *s == status)
@@ -60,7 +97,7 @@ impl Board {
                 slot.1 += 1;
             }
         }
-        counts
+        Ok(counts)
     }
 
     /// A task as this server knows it (from the store if the view has not seen it yet).
@@ -83,37 +120,57 @@ impl Board {
 
     /// Tasks, oldest first (queued time, then id), filtered and paged. A prompt with
     /// personal data reads `[personal]` here; the task itself (`task`) opens it.
-    pub fn tasks(&self, query: &TaskQuery) -> TaskPage {
+    ///
+    /// Live and lately ended tasks come from memory; ended ones from the board
+    /// projection too (at most a page of them), merged in, memory's copy first.
+    pub async fn tasks(&self, query: &TaskQuery) -> Result<TaskPage, BoardError> {
         let limit = query.limit.clamp(1, 1_000);
-        let st = self.state();
-        let mut rows: Vec<(Cursor, TaskView)> = st
-            .view
-            .tasks()
-            .filter(|e| {
-                let t = &e.state;
-                (query.statuses.is_empty()
-                    || t.status().is_some_and(|s| query.statuses.contains(&s)))
-                    && (query.assignee.is_none() || t.assignee() == query.assignee.as_ref())
-                    && (query.run_id.is_none() || t.run_step().map(|r| r.run_id) == query.run_id)
-            })
-            .map(|e| {
-                let at = e.state.queued_at().unwrap_or_default().timestamp_micros();
-                let id = e.state.id().unwrap_or_default().to_string();
-                (Cursor::new(at, id), e)
-            })
-            .filter(|(key, _)| query.after.as_ref().is_none_or(|a| key > a))
-            .map(|(key, e)| (key, TaskView::of(&e.state, e.version)))
+        let ended: Vec<TaskStatus> = TaskStatus::ALL
+            .into_iter()
+            .filter(|s| s.is_terminal())
+            .filter(|s| query.statuses.is_empty() || query.statuses.contains(s))
             .collect();
-        rows.sort_by(|a, b| a.0.cmp(&b.0));
-        let more = rows.len() > limit;
-        rows.truncate(limit);
-        let next = more
-            .then(|| rows.last().map(|(key, _)| key.to_string()))
-            .flatten();
-        TaskPage {
-            tasks: rows.into_iter().map(|(_, v)| v).collect(),
-            next,
+        let stored = if ended.is_empty() {
+            Vec::new()
+        } else {
+            let filter = read_models::EndedFilter {
+                statuses: ended.iter().map(|s| s.as_str().to_string()).collect(),
+                assignee: query.assignee.as_ref().map(|a| a.to_string()),
+                run_id: query.run_id.map(|r| r.to_string()),
+                after: query.after.clone(),
+                limit: limit + 1,
+            };
+            read_models::ended_tasks(self.store(), &filter).await?
+        };
+        let st = self.state();
+        let mut rows: BTreeMap<Cursor, TaskView> = BTreeMap::new();
+        let mut seen: HashSet<TaskId> = HashSet::new();
+        let in_memory = st.view.tasks().chain(st.view.ended());
+        for e in in_memory {
+            if let Some(id) = e.state.id() {
+                seen.insert(id);
+            }
+            if matches(&e.state, query) {
+                rows.insert(cursor_of(&e.state), TaskView::of(&e.state, e.version));
+            }
         }
+        for (task, version) in &stored {
+            if task.id().is_some_and(|id| !seen.contains(&id)) && matches(task, query) {
+                rows.insert(cursor_of(task), TaskView::of(task, *version));
+            }
+        }
+        let past = |key: &Cursor| query.after.as_ref().is_none_or(|a| key > a);
+        let mut page: Vec<(Cursor, TaskView)> =
+            rows.into_iter().filter(|(key, _)| past(key)).collect();
+        let more = page.len() > limit;
+        page.truncate(limit);
+        let next = more
+            .then(|| page.last().map(|(key, _)| key.to_string()))
+            .flatten();
+        Ok(TaskPage {
+            tasks: page.into_iter().map(|(_, v)| v).collect(),
+            next,
+        })
     }
 
     /// Every event of a task, oldest first: its history.
@@ -138,4 +195,17 @@ impl Board {
             })
             .collect())
     }
+}
+
+/// Whether `task` passes the query's filters (the cursor aside).
+fn matches(task: &Task, query: &TaskQuery) -> bool {
+    (query.statuses.is_empty() || task.status().is_some_and(|s| query.statuses.contains(&s)))
+        && (query.assignee.is_none() || task.assignee() == query.assignee.as_ref())
+        && (query.run_id.is_none() || task.run_step().map(|r| r.run_id) == query.run_id)
+}
+
+/// Where a task sorts in a listing: queued time, then id.
+fn cursor_of(task: &Task) -> Cursor {
+    let at = task.queued_at().unwrap_or_default().timestamp_micros();
+    Cursor::new(at, task.id().unwrap_or_default().to_string())
 }

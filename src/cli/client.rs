@@ -57,6 +57,11 @@ impl Client {
             });
         }
         let store = store.context("no store to talk to")?;
+        // No server follows the log here: bring the board's read models up to date
+        // (the board starts from them and lists ended tasks from them).
+        crate::projections::Projections::named(store.clone(), &["board", "agents"])
+            .bring_up_to_date()
+            .await?;
         let board = Board::open(store, system_clock(), BoardConfig::default()).await?;
         Ok(Client::Direct {
             board,

@@ -47,17 +47,21 @@ pub async fn tasks(store: Option<EventStore>, args: TasksArgs) -> anyhow::Result
         None => TaskStatus::ACTIVE.to_vec(),
     };
     let page: TaskPage = match Client::open(&args.target, store).await? {
-        Client::Direct { board, .. } => board.tasks(&TaskQuery {
-            statuses,
-            assignee: args
-                .agent
-                .as_deref()
-                .map(crate::domain::ids::AgentId::try_from)
-                .transpose()?,
-            run_id: None,
-            after: None,
-            limit: args.limit,
-        }),
+        Client::Direct { board, .. } => {
+            board
+                .tasks(&TaskQuery {
+                    statuses,
+                    assignee: args
+                        .agent
+                        .as_deref()
+                        .map(crate::domain::ids::AgentId::try_from)
+                        .transpose()?,
+                    run_id: None,
+                    after: None,
+                    limit: args.limit,
+                })
+                .await?
+        }
         remote => {
             let mut query = format!("/api/v1/tasks?limit={}", args.limit);
             if !statuses.is_empty() {

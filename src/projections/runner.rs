@@ -68,6 +68,24 @@ impl Projections {
         Self { store, list }
     }
 
+    /// Only the projections called `names` (unknown names are left out).
+    pub fn named(store: EventStore, names: &[&str]) -> Self {
+        let list = all()
+            .into_iter()
+            .filter(|p| names.contains(&p.name()))
+            .collect();
+        Self::with(store, list)
+    }
+
+    /// Create, rebuild if outdated, and catch up the projections: what a one-off
+    /// command does before reading them, with no server following the log.
+    pub async fn bring_up_to_date(&self) -> Result<(), ProjectionError> {
+        for name in self.prepare().await? {
+            self.rebuild(name, &|_, _| {}).await?;
+        }
+        self.catch_up_all().await
+    }
+
     /// A transaction for projection writes. On Postgres it commits without waiting for
     /// the WAL flush (`synchronous_commit = off`): a projection is a cache of the log,
     /// and a crash can only lose its last batches, checkpoint and rows together, which

@@ -206,12 +206,12 @@ pub async fn start(
             source,
         })?;
     let addr = listener.local_addr()?;
-    let board = Board::open(store.clone(), clock.clone(), config.board.clone()).await?;
     // The read models' tables exist before the first request (a view asked for at once
     // is empty or behind, never missing); catching up and rebuilds go on in the
-    // background.
+    // background. The board starts from its projection's live rows.
     let projections = crate::projections::Projections::new(store.clone());
     let outdated = projections.prepare().await?;
+    let board = Board::open(store.clone(), clock.clone(), config.board.clone()).await?;
     let mode = if auth_on {
         AuthMode::Tokens(TokenVerifier::new(store.clone(), Duration::from_secs(2)))
     } else {

@@ -51,8 +51,13 @@ async fn sample_server(board: &Board, projections: &Projections) {
         }
         Err(e) => tracing::debug!(error = %e, "cannot sample the projections' lag"),
     }
-    for (status, count) in board.column_counts() {
-        telemetry::tasks_in_column(status.as_str(), count);
+    match board.column_counts().await {
+        Ok(counts) => {
+            for (status, count) in counts {
+                telemetry::tasks_in_column(status.as_str(), count);
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "cannot count the board's columns"),
     }
 }
 

@@ -17,6 +17,7 @@
 mod architecture;
 mod board;
 mod board_cli;
+mod board_start;
 mod conformance;
 mod control;
 mod dashboard;

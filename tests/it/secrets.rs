@@ -457,7 +457,7 @@ async fn a_task_prompt_with_personal_data_is_sealed_and_opened_for_its_agent(bac
     let agent = server::token(&t.store, "scribe", Role::Agent).await;
     let mut config = server::config();
     config.worker = Some(awl::executor::WorkerConfig::new("serve-test"));
-    let running = server::serve_with(&t.store, config, awl::clock::system_clock()).await;
+    let running = server::serve_with(&t.store, config.clone(), awl::clock::system_clock()).await;
     let api = Api::of(&running);
     api.ok(
         &agent,
@@ -473,6 +473,24 @@ async fn a_task_prompt_with_personal_data_is_sealed_and_opened_for_its_agent(bac
         json!({"workflow": "mailer", "inputs": {"customer": "7", "email": EMAIL}}),
     )
     .await;
+    // Once the board projection holds the task, a server started anew takes it from
+    // there, where the prompt is hidden: it must read that task from the log.
+    wait_for(LIMIT, "the board projection to hold the task", async || {
+        let rows = t
+            .store
+            .query_rows("SELECT state FROM board_tasks", &[])
+            .await
+            .ok()?;
+        rows.first()?
+            .get("state")?
+            .as_str()?
+            .contains("[personal]")
+            .then_some(())
+    })
+    .await;
+    running.shutdown().await.expect("the server stops");
+    let running = server::serve_with(&t.store, config, awl::clock::system_clock()).await;
+    let api = Api::of(&running);
     // The agent that takes the task reads the prompt.
     let got = api
         .ok(

@@ -27,7 +27,10 @@ pub use analytics::{
     workflow_stats,
 };
 pub use audit::{AuditFilter, AuditRow, audit};
-pub use board::{BoardFilter, BoardRow, board};
+pub use board::{
+    BoardFilter, BoardRow, BoardSnapshot, EndedFilter, StoredState, board, board_snapshot,
+    column_counts, ended_tasks,
+};
 pub use runs::{
     GateRow, InboxFilter, RunFilter, RunRow, StepRow, Timeline, gate_run, inbox, run_states, runs,
     timeline,

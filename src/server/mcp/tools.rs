@@ -248,7 +248,7 @@ impl AwlMcp {
         ctx: Ctx,
     ) -> Result<Json<TaskPage>, ToolError> {
         require(&ctx, Permission::Read, "list_tasks")?;
-        Ok(Json(self.app.board.tasks(&task_query(p)?)))
+        Ok(Json(self.app.board.tasks(&task_query(p)?).await?))
     }
 
     #[tool(description = "Answer a task's open question: BLOCKED -> IN_PROGRESS.")]

@@ -49,7 +49,7 @@ pub async fn list(
     State(app): State<AppState>,
     Params(p): Params<TaskListParams>,
 ) -> Api<Json<TaskPage>> {
-    Ok(Json(app.board.tasks(&task_query(p)?)))
+    Ok(Json(app.board.tasks(&task_query(p)?).await?))
 }
 
 pub async fn one(
