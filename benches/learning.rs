@@ -277,8 +277,9 @@ async fn report_calls(http: &Http, token: &str, task: &str, n: usize) -> Vec<f64
     took
 }
 
-/// Start `awl serve` on the database; how long until `/health`, then `/ready`, answer 200.
-async fn serve_start(url: &str) -> (f64, f64) {
+/// Start `awl serve` on the database; how long until `/health`, then `/ready`, answer
+/// 200, and its resident memory (MB) idle 3 s after that.
+async fn serve_start(url: &str) -> (f64, f64, f64) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a port")
@@ -317,9 +318,24 @@ async fn serve_start(url: &str) -> (f64, f64) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss = child.id().map_or(0.0, resident_mb);
     let _ = child.start_kill();
     let _ = child.wait().await;
-    (times[0], times[1])
+    (times[0], times[1], rss)
+}
+
+/// The resident set of process `pid` in MB (Linux `/proc`; 0 elsewhere).
+fn resident_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -386,7 +402,7 @@ async fn main() {
         head as f64 / appended.as_secs_f64()
     );
     println!(
-        "| mined from 0 (every projection) | {:.1} s ({:.0} tool calls/s) |",
+        "| mined from 0 (every projection, side by side) | {:.1} s ({:.0} tool calls/s) |",
         mined.as_secs_f64(),
         (tasks * CALLS_PER_TASK) as f64 / mined.as_secs_f64()
     );
@@ -403,11 +419,14 @@ async fn main() {
     // `awl serve` start-up on that history.
     let mut health = Vec::new();
     let mut ready = Vec::new();
+    let mut resident = Vec::new();
     for _ in 0..5 {
-        let (h, r) = serve_start(&url).await;
+        let (h, r, rss) = serve_start(&url).await;
         health.push(h);
         ready.push(r);
+        resident.push(rss);
     }
+    resident.sort_by(f64::total_cmp);
     health.sort_by(f64::total_cmp);
     ready.sort_by(f64::total_cmp);
     println!(
@@ -415,8 +434,12 @@ async fn main() {
         health[2], health[4]
     );
     println!(
-        "| `awl serve` to /ready 200 (5 starts, p50 / max) | {:.0} / {:.0} ms |\n",
+        "| `awl serve` to /ready 200 (5 starts, p50 / max) | {:.0} / {:.0} ms |",
         ready[2], ready[4]
+    );
+    println!(
+        "| `awl serve` resident memory, idle 3 s after /ready (5 starts, p50 / max) | {:.0} / {:.0} MB |\n",
+        resident[2], resident[4]
     );
 
     // A server that mines as it goes, for the live figures.
