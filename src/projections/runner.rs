@@ -151,22 +151,20 @@ impl Projections {
     }
 
     /// The projections in the groups that step together, each group in its own
-    /// transaction: on Postgres each projection alone (groups run side by side on
-    /// their own connections, so a slow one does not hold the others back); on SQLite,
-    /// one writer at a time anyway, all of them in one (one commit for all).
+    /// transaction: all of them in one. Measured on Postgres (`cargo bench --bench
+    /// projections -- --events 200000 --only postgres`, 1,000 events/s): each
+    /// projection stepping on its own, side by side, lagged 104 ms at p50 and 180 ms
+    /// at p99, against 9.8 ms and 20.2 ms for one transaction for all (seven reads of
+    /// the log and seven commits per wake-up instead of one of each).
     fn groups(&self) -> Vec<Vec<Arc<dyn Projection>>> {
         let mut list = self.list.clone();
         // Lock in name order, the same order everywhere, so two processes cannot
         // deadlock.
         list.sort_by_key(|p| p.name());
-        if self.store.backend_name() == "postgres" {
-            list.into_iter().map(|p| vec![p]).collect()
-        } else {
-            vec![list]
-        }
+        vec![list]
     }
 
-    /// Catch every projection up (groups side by side).
+    /// Catch every projection up (groups side by side, if there are several).
     pub async fn catch_up_all(&self) -> Result<(), ProjectionError> {
         let groups = self.groups();
         futures_util::future::try_join_all(groups.iter().map(|group| async move {
