@@ -215,7 +215,15 @@ pub struct Learner {
     /// content), so a round of proposing reads the workflow stream and validates a file
     /// only for what is new. A cache: a new process checks each once.
     known: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Each candidate pattern (by key) and the executions it had when this learner
+    /// last drafted its file: a pattern's details change only with its executions, so
+    /// a round reads the details of, and drafts, only the candidates that changed.
+    drafted: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
 }
+
+/// The columns `propose` chooses candidates by: every one but `detail`.
+const PATTERN_COUNTERS: &str = "pattern_key, scope, signature, length, executions, successes, \
+    sessions, last_session, confidence, first_at, last_at, span_ms";
 
 /// The namespace of derived proposal ids.
 const PROPOSAL_NAMESPACE: Uuid = Uuid::from_u128(0x6c65_6172_6e65_6400_0000_0000_0000_0011);
@@ -238,6 +246,7 @@ impl Learner {
             store,
             config,
             known: Default::default(),
+            drafted: Default::default(),
         }
     }
 
@@ -246,30 +255,43 @@ impl Learner {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn drafted(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u64>> {
+        // A panic while holding the lock leaves a map of hints: still usable.
+        self.drafted.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn config(&self) -> &LearnConfig {
         &self.config
     }
 
     /// Propose every strong enough sequence not yet proposed as it is now.
     pub async fn propose(&self, by: &str, now: DateTime<Utc>) -> Result<ProposeReport, LearnError> {
+        // Counters and tools of every pattern with enough successes: enough to choose.
         let rows = self
             .store
             .query_rows(
-                "SELECT * FROM tool_patterns WHERE successes >= ? ORDER BY pattern_key",
+                &format!(
+                    "SELECT {PATTERN_COUNTERS} FROM tool_patterns WHERE successes >= ? ORDER BY pattern_key"
+                ),
                 &[Param::from(
                     i64::try_from(self.config.min_successes.max(1)).unwrap_or(1),
                 )],
             )
             .await?;
         let mut by_scope: std::collections::BTreeMap<String, Vec<Pattern>> = Default::default();
-        for row in rows {
-            let (scope, pattern) = crate::projections::stored_pattern(&row).map_err(|e| {
-                LearnError::Invalid(format!("a stored pattern cannot be read: {e}"))
-            })?;
+        let mut unclear = Vec::new();
+        for row in &rows {
+            match crate::projections::counted_pattern(row) {
+                Some((scope, pattern)) => by_scope.entry(scope).or_default().push(pattern),
+                None => unclear.push(text(row, "pattern_key").unwrap_or_default()),
+            }
+        }
+        for (_, (scope, pattern)) in self.whole_patterns(&unclear).await? {
             by_scope.entry(scope).or_default().push(pattern);
         }
         let user_sequences = self.user_sequences().await?;
         let mut report = ProposeReport::default();
+        let mut due = Vec::new();
         for (scope, patterns) in &by_scope {
             for pattern in closed(
                 patterns,
@@ -281,12 +303,50 @@ impl Learner {
                     report.covered += 1;
                     continue;
                 }
-                if let Some(id) = self.propose_one(scope, pattern, by, now).await? {
-                    report.proposed.push(id);
+                let key = crate::projections::pattern_key(
+                    scope,
+                    &crate::domain::learning::signature(&pattern.tools),
+                );
+                if self.drafted().get(&key) != Some(&pattern.executions) {
+                    due.push(key);
                 }
             }
         }
+        // The whole patterns (details too) only of the candidates that changed.
+        let mut whole = self.whole_patterns(&due).await?;
+        for key in due {
+            let Some((scope, pattern)) = whole.remove(&key) else {
+                continue;
+            };
+            if let Some(id) = self.propose_one(&scope, &pattern, by, now).await? {
+                report.proposed.push(id);
+            }
+            self.drafted().insert(key, pattern.executions);
+        }
         Ok(report)
+    }
+
+    /// The stored patterns of `keys`, every column read, by key.
+    async fn whole_patterns(
+        &self,
+        keys: &[String],
+    ) -> Result<std::collections::HashMap<String, (String, Pattern)>, LearnError> {
+        let mut out = std::collections::HashMap::with_capacity(keys.len());
+        for chunk in keys.chunks(500) {
+            let sql = format!(
+                "SELECT * FROM tool_patterns WHERE pattern_key IN ({})",
+                vec!["?"; chunk.len()].join(", ")
+            );
+            let params: Vec<Param> = chunk.iter().map(|k| Param::from(k.clone())).collect();
+            for row in self.store.query_rows(&sql, &params).await? {
+                let key = text(&row, "pattern_key").unwrap_or_default();
+                let found = crate::projections::stored_pattern(&row).map_err(|e| {
+                    LearnError::Invalid(format!("a stored pattern cannot be read: {e}"))
+                })?;
+                out.insert(key, found);
+            }
+        }
+        Ok(out)
     }
 
     /// The tool sequences of runnable user-submitted workflows.

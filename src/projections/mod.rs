@@ -35,7 +35,7 @@ use crate::store::{StoreError, StoreTx};
 pub use runner::{ProjectionStatus, Projections};
 pub use verify::TableDifference;
 
-pub(crate) use learning::stored_pattern;
+pub(crate) use learning::{counted_pattern, pattern_key, stored_pattern};
 
 /// What can go wrong while projecting.
 #[derive(Debug, thiserror::Error)]

@@ -33,6 +33,7 @@ on_both_stores!(worker_threads = 2;
     the_server_learns_from_mcp_reports_and_people_decide_over_rest,
     the_calls_of_workflow_runs_are_learned_too,
     two_miners_taking_turns_mine_what_one_rebuild_does,
+    a_tool_named_with_the_separator_is_learned_and_a_quiet_round_proposes_nothing,
 );
 
 const LIMIT: u64 = 60;
@@ -683,13 +684,14 @@ async fn the_calls_of_workflow_runs_are_learned_too(backend: Backend) {
     drop(server);
 }
 
-/// Board sessions of one agent, each three tool calls whose arguments vary a little
-/// (so a pattern's examples and evidence keep changing for a while).
+/// Board sessions of one agent, each a call of each of `tools` whose arguments vary
+/// a little (so a pattern's examples and evidence keep changing for a while).
 async fn board_sessions(
     board: &awl::board::Board,
     agent: &awl::domain::ids::AgentId,
     from: usize,
     n: usize,
+    tools: &[&str],
 ) {
     use awl::board::{Caller, NewTask, ToolCall};
     use awl::domain::workspace::Capabilities;
@@ -709,7 +711,7 @@ async fn board_sessions(
         let id = got.task_id.to_string().parse().expect("a task id");
         board.ack(id, agent).await.expect("ack");
         let ticket = format!("T-{}", i % 7);
-        for (k, tool) in ["search", "read", "label"].iter().enumerate() {
+        for (k, tool) in tools.iter().enumerate() {
             let call = ToolCall {
                 name: tool.to_string(),
                 parameters: json!({"ticket": ticket, "k": k, "queue": "triage"}),
@@ -757,7 +759,7 @@ async fn two_miners_taking_turns_mine_what_one_rebuild_does(backend: Backend) {
     );
     a.prepare().await.expect("prepare");
     for (round, miner) in [&a, &b, &a, &b, &a].into_iter().enumerate() {
-        board_sessions(&board, &agent, round * 6, 6).await;
+        board_sessions(&board, &agent, round * 6, 6, &["search", "read", "label"]).await;
         miner.catch_up_all().await.expect("catch up");
     }
     let patterns = async || {
@@ -802,4 +804,64 @@ async fn two_miners_taking_turns_mine_what_one_rebuild_does(backend: Backend) {
         taken_in_turns,
         "a rebuild from 0 gives the same rows"
     );
+}
+
+/// The learner chooses candidates from the patterns' counters and signatures, reading
+/// a pattern's details only to draft its file: a tool whose name holds the signature's
+/// separator is read whole instead, and a round with nothing new proposes nothing.
+async fn a_tool_named_with_the_separator_is_learned_and_a_quiet_round_proposes_nothing(
+    backend: Backend,
+) {
+    use awl::board::{Board, BoardConfig, Caller};
+    use awl::domain::workspace::Capabilities;
+    use awl::learning::{LearnConfig, Learner, Viewer};
+    use awl::projections::Projections;
+    let t = TestStore::new(backend).await;
+    let board = Board::open(
+        t.store.clone(),
+        awl::clock::system_clock(),
+        BoardConfig::default(),
+    )
+    .await
+    .expect("board");
+    let agent = awl::domain::ids::AgentId::try_from("miner").expect("an id");
+    board
+        .register(
+            agent.clone(),
+            Capabilities::new(["mine"]),
+            None,
+            &Caller::Agent(agent.clone()),
+        )
+        .await
+        .expect("register");
+    let projections = Projections::new(t.store.clone());
+    projections.prepare().await.expect("prepare");
+    let tools = ["search", "fetch > parse", "label"];
+    board_sessions(&board, &agent, 0, 6, &tools).await;
+    projections.catch_up_all().await.expect("catch up");
+    let learner = Learner::new(t.store.clone(), LearnConfig::default());
+    let first = learner
+        .propose("test", chrono::Utc::now())
+        .await
+        .expect("propose");
+    assert_eq!(first.proposed.len(), 1, "{first:?}");
+    projections.catch_up_all().await.expect("catch up");
+    let open = learner
+        .proposals(&Viewer::All, Some("OPEN"))
+        .await
+        .expect("proposals");
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].tools, tools.map(String::from).to_vec());
+    let again = learner
+        .propose("test", chrono::Utc::now())
+        .await
+        .expect("propose");
+    assert!(again.proposed.is_empty(), "{again:?}");
+    assert_eq!(again.candidates, 1, "{again:?}");
+    // A new learner (a new process) finds the proposal recorded: nothing new either.
+    let fresh = Learner::new(t.store.clone(), LearnConfig::default())
+        .propose("test", chrono::Utc::now())
+        .await
+        .expect("propose");
+    assert!(fresh.proposed.is_empty(), "{fresh:?}");
 }

@@ -469,6 +469,26 @@ fn from_counters(row: &serde_json::Map<String, Value>, d: Detail) -> Pattern {
     p
 }
 
+/// A stored pattern's scope, counters and tools, its details left out (a row of
+/// `tool_patterns` without `detail`): enough to choose the patterns worth proposing.
+/// `None` when its tools cannot be told from its signature (a tool name that holds the
+/// separator splits into more parts than the pattern's length): read the whole row.
+pub(crate) fn counted_pattern(row: &serde_json::Map<String, Value>) -> Option<(String, Pattern)> {
+    let signature = row.get("signature").and_then(Value::as_str)?;
+    let tools: Vec<String> = signature.split(" > ").map(str::to_string).collect();
+    if u64::try_from(tools.len()).ok() != Some(counter(row, "length")) {
+        return None;
+    }
+    let scope = row.get("scope").and_then(Value::as_str).unwrap_or("");
+    let detail = Detail {
+        tools,
+        args: Vec::new(),
+        flows: BTreeMap::new(),
+        evidence: Vec::new(),
+    };
+    Some((scope.to_string(), from_counters(row, detail)))
+}
+
 /// A stored pattern (every column of its `tool_patterns` row): its scope and state.
 pub(crate) fn stored_pattern(
     row: &serde_json::Map<String, Value>,
