@@ -150,62 +150,53 @@ impl Projections {
         Ok(outdated)
     }
 
-    /// The projections in the groups that step together, each group in its own
-    /// transaction: all of them in one. Measured on Postgres (`cargo bench --bench
-    /// projections -- --events 200000 --only postgres`, 1,000 events/s): each
-    /// projection stepping on its own, side by side, lagged 104 ms at p50 and 180 ms
-    /// at p99, against 9.8 ms and 20.2 ms for one transaction for all (seven reads of
-    /// the log and seven commits per wake-up instead of one of each).
-    fn groups(&self) -> Vec<Vec<Arc<dyn Projection>>> {
+    /// Every projection, in name order: the order their checkpoints are locked in,
+    /// the same everywhere, so two processes cannot deadlock.
+    fn sorted(&self) -> Vec<Arc<dyn Projection>> {
         let mut list = self.list.clone();
-        // Lock in name order, the same order everywhere, so two processes cannot
-        // deadlock.
         list.sort_by_key(|p| p.name());
-        vec![list]
+        list
     }
 
-    /// Catch every projection up (groups side by side, if there are several).
+    /// Catch every projection up, in pages that grow while they are behind.
     pub async fn catch_up_all(&self) -> Result<(), ProjectionError> {
-        let groups = self.groups();
-        futures_util::future::try_join_all(groups.iter().map(|group| async move {
-            let mut limit = BATCH;
-            loop {
-                let step = self.step_group(group, limit).await?;
-                if step.moved == 0 {
-                    return Ok::<_, ProjectionError>(());
-                }
-                limit = step.next_limit(limit);
+        let list = self.sorted();
+        let mut limit = BATCH;
+        loop {
+            let step = self.step(&list, limit).await?;
+            if step.moved == 0 {
+                return Ok(());
             }
-        }))
-        .await?;
-        Ok(())
-    }
-
-    /// One batch for every projection (group by group). Returns how far the lowest
-    /// checkpoint of a group moved, the most of any group (0: all caught up).
-    pub async fn step_all(&self) -> Result<i64, ProjectionError> {
-        let mut moved = 0;
-        for group in self.groups() {
-            moved = moved.max(self.step_group(&group, BATCH).await?.moved);
+            limit = step.next_limit(limit);
         }
-        Ok(moved)
     }
 
-    /// One batch for `group` in one transaction: one read of the log (from the
-    /// group's lowest checkpoint, at most `limit` events of the stream types it
-    /// reads), each projection given the events past its own checkpoint, every
-    /// checkpoint moved. The page is read before the transaction takes the
-    /// checkpoints' locks, so a group holds one connection at a time (groups side by
-    /// side never wait on each other for a second one) and its locks briefly.
-    async fn step_group(
+    /// One batch for every projection. Returns how far the lowest checkpoint moved
+    /// (0: all caught up).
+    pub async fn step_all(&self) -> Result<i64, ProjectionError> {
+        Ok(self.step(&self.sorted(), BATCH).await?.moved)
+    }
+
+    /// One batch for `list` (in name order) in one transaction: one read of the log
+    /// (from the lowest checkpoint, at most `limit` events of the stream types they
+    /// read), each projection given the events past its own checkpoint, every
+    /// checkpoint moved. The page is read before the transaction locks the
+    /// checkpoints, so it holds one connection at a time and the locks briefly.
+    ///
+    /// All projections step in one transaction rather than each on its own: measured
+    /// on Postgres (`cargo bench --bench projections -- --events 200000 --only
+    /// postgres`, 1,000 events/s), each on its own, side by side, lagged 104 ms at
+    /// p50 and 180 ms at p99, against 9.8 ms and 20.2 ms for one transaction (seven
+    /// reads of the log and seven commits per wake-up instead of one of each).
+    async fn step(
         &self,
-        group: &[Arc<dyn Projection>],
+        list: &[Arc<dyn Projection>],
         limit: i64,
     ) -> Result<Step, ProjectionError> {
         let backend = self.store.backend_name();
-        let filter = filter_of_group(group);
+        let filter = filter_of_all(list);
         let (mut tx, states, events, scanned, from) = loop {
-            let from = self.lowest_checkpoint(group).await?;
+            let from = self.lowest_checkpoint(list).await?;
             let (events, scanned) = self.store.read_page(from, limit, &filter).await?;
             if scanned <= from {
                 return Ok(Step {
@@ -214,8 +205,8 @@ impl Projections {
                 });
             }
             let mut tx = self.begin().await?;
-            let mut states = Vec::with_capacity(group.len());
-            for p in group {
+            let mut states = Vec::with_capacity(list.len());
+            for p in list {
                 match read_state(&mut tx, p.name(), true, backend).await? {
                     Some(state) => states.push(state),
                     None => {
@@ -232,7 +223,7 @@ impl Projections {
             tx.rollback().await?;
         };
         let full = events.len() as i64 >= limit;
-        for (p, state) in group.iter().zip(&states) {
+        for (p, state) in list.iter().zip(&states) {
             if state.position >= scanned {
                 continue;
             }
@@ -266,17 +257,17 @@ impl Projections {
         })
     }
 
-    /// The lowest checkpoint of `group`, read without locking.
+    /// The lowest checkpoint of `list`, read without locking.
     async fn lowest_checkpoint(
         &self,
-        group: &[Arc<dyn Projection>],
+        list: &[Arc<dyn Projection>],
     ) -> Result<i64, ProjectionError> {
         let rows = self
             .store
             .query_rows("SELECT name, position FROM projection_state", &[])
             .await?;
         let mut lowest = None;
-        for p in group {
+        for p in list {
             let position = rows
                 .iter()
                 .find(|r| r.get("name").and_then(|v| v.as_str()) == Some(p.name()))
@@ -295,11 +286,12 @@ impl Projections {
     }
 
     /// After [`Projections::prepare`]: rebuild the `outdated` projections it named (in
-    /// the background), then follow the log until `stop`, each group on its own.
+    /// the background), then follow the log until `stop`, whenever it grows (and
+    /// every second).
     pub async fn follow(
         &self,
         outdated: Vec<&'static str>,
-        stop: watch::Receiver<bool>,
+        mut stop: watch::Receiver<bool>,
     ) -> Result<(), ProjectionError> {
         for name in outdated {
             let me = self.clone();
@@ -310,38 +302,14 @@ impl Projections {
                 }
             });
         }
-        let groups = self.groups();
-        futures_util::future::join_all(
-            groups
-                .iter()
-                .map(|group| self.follow_group(group, stop.clone())),
-        )
-        .await;
-        Ok(())
-    }
-
-    /// Step `group` whenever the log grows (and every second), until `stop`: in
-    /// batches of [`BATCH`] events near the head, larger while it is behind (fewer
-    /// round trips per event, so it catches up).
-    async fn follow_group(&self, group: &[Arc<dyn Projection>], mut stop: watch::Receiver<bool>) {
         let mut wake = self.store.subscribe();
-        let mut limit = BATCH;
         loop {
             wake.borrow_and_update();
-            loop {
-                match self.step_group(group, limit).await {
-                    Ok(step) if step.moved > 0 => limit = step.next_limit(limit),
-                    Ok(_) => break,
-                    Err(e) => {
-                        let names: Vec<_> = group.iter().map(|p| p.name()).collect();
-                        tracing::error!(projections = ?names, error = %e, "a projection failed; retrying in 1 s");
-                        limit = BATCH;
-                        break;
-                    }
-                }
+            if let Err(e) = self.catch_up_all().await {
+                tracing::error!(error = %e, "a projection failed; retrying in 1 s");
             }
             tokio::select! {
-                _ = stop.changed() => return,
+                _ = stop.changed() => return Ok(()),
                 _ = wake.changed() => {
                     // Let a burst of appends gather into one batch (one commit for many
                     // events): lag grows by at most this much.
@@ -641,9 +609,9 @@ fn unprepared(name: &str) -> ProjectionError {
     ProjectionError::Unknown(name.to_string(), "run prepare first".into())
 }
 
-/// What one batch of a group did.
+/// What one batch did.
 struct Step {
-    /// How far the group's lowest checkpoint moved.
+    /// How far the lowest checkpoint moved.
     moved: i64,
     /// Whether the page was full (more events are waiting).
     full: bool,
@@ -651,7 +619,7 @@ struct Step {
 
 impl Step {
     /// The page size after this step: doubled while pages come back full, up to
-    /// [`REBUILD_PAGE`]; [`BATCH`] once the group is close to the head.
+    /// [`REBUILD_PAGE`]; [`BATCH`] once the projections are close to the head.
     fn next_limit(&self, limit: i64) -> i64 {
         if self.full {
             (limit * 2).min(REBUILD_PAGE)
@@ -661,11 +629,11 @@ impl Step {
     }
 }
 
-/// The events a group reads: the stream types of its projections, or all of them if
+/// The events `list` reads: the stream types of its projections, or all of them if
 /// one reads every stream.
-fn filter_of_group(group: &[Arc<dyn Projection>]) -> EventFilter {
+fn filter_of_all(list: &[Arc<dyn Projection>]) -> EventFilter {
     let mut kinds = Vec::new();
-    for p in group {
+    for p in list {
         let mine = p.stream_types();
         if mine.is_empty() {
             return EventFilter::default();

@@ -66,6 +66,19 @@ async fn listed(board: &Board, statuses: &[TaskStatus], page: usize) -> Vec<Task
     }
 }
 
+/// Register `agent`, able to do `capability`.
+async fn register(board: &Board, agent: &AgentId, capability: &str) {
+    board
+        .register(
+            agent.clone(),
+            Capabilities::new([capability]),
+            None,
+            &Caller::Agent(agent.clone()),
+        )
+        .await
+        .unwrap();
+}
+
 /// Send `n` tasks and take them through: a third completed, then failed, cancelled,
 /// in progress, blocked on a question, and the rest left queued.
 async fn work(board: &Board, agents: &[AgentId], n: usize, tag: &str) {
@@ -132,31 +145,14 @@ async fn a_board_started_from_its_projection_knows_what_the_log_says(backend: Ba
         .map(|i| AgentId::try_from(format!("agent-{i}")).unwrap())
         .collect();
     for a in &agents {
-        first
-            .register(
-                a.clone(),
-                Capabilities::new(["rust"]),
-                None,
-                &Caller::Agent(a.clone()),
-            )
-            .await
-            .unwrap();
+        register(&first, a, "rust").await;
     }
     work(&first, &agents, 36, "before").await;
     projections.catch_up_all().await.unwrap();
     // After the checkpoints: more tasks, one more agent, and an in-progress task of
     // before ends.
     work(&first, &agents, 12, "after").await;
-    let late = AgentId::try_from("agent-late").unwrap();
-    first
-        .register(
-            late.clone(),
-            Capabilities::new(["go"]),
-            None,
-            &Caller::Agent(late.clone()),
-        )
-        .await
-        .unwrap();
+    register(&first, &AgentId::try_from("agent-late").unwrap(), "go").await;
     let in_progress = listed(&first, &[TaskStatus::InProgress], 100).await;
     let ending: TaskId = in_progress[0].task_id.to_string().parse().unwrap();
     let holder = AgentId::try_from(in_progress[0].assignee.clone().unwrap()).unwrap();

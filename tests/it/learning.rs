@@ -730,11 +730,10 @@ async fn board_sessions(
     }
 }
 
-async fn two_miners_taking_turns_mine_what_one_rebuild_does(backend: Backend) {
+/// A board on the test's store with one registered agent, `miner`, able to `mine`.
+async fn miner_board(t: &TestStore) -> (awl::board::Board, awl::domain::ids::AgentId) {
     use awl::board::{Board, BoardConfig, Caller};
     use awl::domain::workspace::Capabilities;
-    use awl::projections::Projections;
-    let t = TestStore::new(backend).await;
     let board = Board::open(
         t.store.clone(),
         awl::clock::system_clock(),
@@ -752,6 +751,13 @@ async fn two_miners_taking_turns_mine_what_one_rebuild_does(backend: Backend) {
         )
         .await
         .expect("register");
+    (board, agent)
+}
+
+async fn two_miners_taking_turns_mine_what_one_rebuild_does(backend: Backend) {
+    use awl::projections::Projections;
+    let t = TestStore::new(backend).await;
+    let (board, agent) = miner_board(&t).await;
     // Two processes' projections over one store: each keeps its own details cache.
     let (a, b) = (
         Projections::new(t.store.clone()),
@@ -812,28 +818,10 @@ async fn two_miners_taking_turns_mine_what_one_rebuild_does(backend: Backend) {
 async fn a_tool_named_with_the_separator_is_learned_and_a_quiet_round_proposes_nothing(
     backend: Backend,
 ) {
-    use awl::board::{Board, BoardConfig, Caller};
-    use awl::domain::workspace::Capabilities;
     use awl::learning::{LearnConfig, Learner, Viewer};
     use awl::projections::Projections;
     let t = TestStore::new(backend).await;
-    let board = Board::open(
-        t.store.clone(),
-        awl::clock::system_clock(),
-        BoardConfig::default(),
-    )
-    .await
-    .expect("board");
-    let agent = awl::domain::ids::AgentId::try_from("miner").expect("an id");
-    board
-        .register(
-            agent.clone(),
-            Capabilities::new(["mine"]),
-            None,
-            &Caller::Agent(agent.clone()),
-        )
-        .await
-        .expect("register");
+    let (board, agent) = miner_board(&t).await;
     let projections = Projections::new(t.store.clone());
     projections.prepare().await.expect("prepare");
     let tools = ["search", "fetch > parse", "label"];

@@ -64,6 +64,18 @@ const COLUMNS: &str = "task_id, status, prompt, capabilities, repository, branch
     review_required, assignee, question, run_id, step_id, attempts, review_rounds, ending, queued_at, \
     status_since, updated_at";
 
+/// Only tasks past `c` in the board's order (queued time, then id).
+fn past(w: &mut Where, c: &Cursor) {
+    w.add(
+        "(queued_at > ? OR (queued_at = ? AND task_id > ?))",
+        [
+            Param::from(c.key),
+            Param::from(c.key),
+            Param::from(c.id.clone()),
+        ],
+    );
+}
+
 /// Tasks oldest first (queued time, then id).
 pub async fn board(store: &EventStore, f: &BoardFilter) -> Result<Page<BoardRow>, QueryError> {
     let mut w = Where::default();
@@ -79,14 +91,7 @@ pub async fn board(store: &EventStore, f: &BoardFilter) -> Result<Page<BoardRow>
         w.add("queued_at < ?", [Param::from(micros(until))]);
     }
     if let Some(c) = &f.after {
-        w.add(
-            "(queued_at > ? OR (queued_at = ? AND task_id > ?))",
-            [
-                Param::from(c.key),
-                Param::from(c.key),
-                Param::from(c.id.clone()),
-            ],
-        );
+        past(&mut w, c);
     }
     let sql = format!(
         "SELECT {COLUMNS} FROM board_tasks{} ORDER BY queued_at, task_id LIMIT {}",
@@ -236,17 +241,10 @@ pub async fn ended_tasks(
         w.add("run_id = ?", [Param::from(run.clone())]);
     }
     if let Some(c) = &f.after {
-        w.add(
-            "(COALESCE(queued_at, 0) > ? OR (COALESCE(queued_at, 0) = ? AND task_id > ?))",
-            [
-                Param::from(c.key),
-                Param::from(c.key),
-                Param::from(c.id.clone()),
-            ],
-        );
+        past(&mut w, c);
     }
     let sql = format!(
-        "SELECT task_id AS id, state, version FROM board_tasks{} ORDER BY COALESCE(queued_at, 0), task_id LIMIT {}",
+        "SELECT task_id AS id, state, version FROM board_tasks{} ORDER BY queued_at, task_id LIMIT {}",
         w.sql(),
         f.limit
     );
