@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod events;
+pub mod openai;
 pub mod otlp;
 pub mod proxy;
 pub mod server;
