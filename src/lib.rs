@@ -33,6 +33,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agents;
 pub mod auth;
 pub mod board;
 pub mod bulk;
@@ -48,6 +49,7 @@ pub mod expr;
 pub mod hooks;
 pub mod learning;
 pub mod log;
+pub mod models;
 pub mod page;
 pub mod projections;
 pub mod runners;
@@ -56,5 +58,6 @@ pub mod schedules;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod tools;
 pub mod vault;
 pub mod workflow;

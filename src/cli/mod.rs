@@ -4,6 +4,7 @@
 //! embedded SQLite file (`.awl/awl.db`) when none is given. Errors are printed with
 //! their whole cause chain and exit with status 1; usage errors exit with 2 (clap).
 
+mod agents;
 mod answer;
 mod approve;
 mod archive;
@@ -52,6 +53,9 @@ pub struct Cli {
     /// uses the embedded store in .awl/awl.db under the current directory.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     database_url: Option<String>,
+
+    #[command(flatten)]
+    declarations: agents::Declarations,
 
     #[command(subcommand)]
     command: Command,
@@ -130,6 +134,16 @@ enum Command {
     Learn(learn::LearnCommand),
     /// The workflows that fit a context (recent tool calls, a prompt, capabilities).
     Suggest(learn::SuggestArgs),
+    /// The tool registry: built-in tools and those declared in the tools directory
+    /// (list, show, call).
+    #[command(subcommand)]
+    Tools(agents::ToolsCommand),
+    /// awl's own agents, as defined in the agents directory (list, show).
+    #[command(subcommand)]
+    Agents(agents::AgentsCommand),
+    /// Ask one of awl's own agents: it plans tool calls with its model, runs them and
+    /// answers; every step recorded (exits non-zero if the solve fails).
+    Ask(agents::AskArgs),
     /// Print the JSON Schema of workflow files (for editors).
     Schema,
 }
@@ -175,6 +189,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
         }
         Command::Schema => return validate::print_schema(),
+        Command::Tools(command) => return agents::tools(&cli.declarations, command).await,
+        Command::Agents(command) => return agents::agents(&cli.declarations, command).await,
         Command::Replay(args) if !args.needs_store() => return replay::replay_histories(&args),
         _ => {}
     }
@@ -253,7 +269,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Projections(command) => {
             projections::run(open(&location, true).await?, command).await
         }
-        Command::Validate(_) | Command::Schema => Ok(()),
+        Command::Ask(args) => {
+            agents::ask(open(&location, true).await?, &cli.declarations, args).await
+        }
+        Command::Validate(_) | Command::Schema | Command::Tools(_) | Command::Agents(_) => Ok(()),
     }
 }
 

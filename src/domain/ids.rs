@@ -189,6 +189,11 @@ uuid_id!(
     ProposalId,
     "proposal id"
 );
+uuid_id!(
+    /// One question put to one of awl's own agents (the id of a `solve` stream).
+    SolveId,
+    "solve id"
+);
 name_id!(
     /// An agent's name (the id of an `agent` stream).
     AgentId,

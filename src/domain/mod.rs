@@ -20,6 +20,8 @@
 //! | `agent`    | [`agent::Agent`]                   | one agent: capabilities, workspace        |
 //! | `bulk`     | [`bulk::Bulk`]                     | one action over many runs                 |
 //! | `schedule` | [`schedule::Schedule`]             | one schedule: its times and what each did |
+//! | `debounce` | [`debounce::Debounce`]             | the starts of one workflow with one key   |
+//! | `solve`    | [`solve::Solve`]                   | one question worked by awl's own agent    |
 
 pub mod agent;
 pub mod bulk;
@@ -29,6 +31,7 @@ pub mod learning;
 pub mod rate;
 pub mod run;
 pub mod schedule;
+pub mod solve;
 pub mod task;
 #[cfg(test)]
 pub(crate) mod testing;

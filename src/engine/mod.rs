@@ -38,6 +38,7 @@ use crate::workflow::model::{DatabaseStep, HttpStep, NotifyStep, ShellStep, Work
 
 pub use keys::{child_run_id, gate_id, idempotency_key, step_idempotency_key, task_id};
 pub use recovery::backoff_ms;
+pub use render::declared_tool;
 
 /// What one attempt of a step produced, as the worker reports it back.
 #[derive(Debug, Clone, PartialEq)]

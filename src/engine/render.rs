@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use crate::domain::ids::StepId;
 use crate::domain::run::{Run, StepCall, StepState};
 use crate::expr::{EvalError, PrevStep, Scope, StepView, Template, render_value};
-use crate::workflow::model::{Step, StepKind, Workflow};
+use crate::workflow::model::{Step, StepKind, ToolDefinition, Workflow};
 
 use super::Work;
 
@@ -175,6 +175,17 @@ pub(crate) fn tool(
             inputs,
         });
     };
+    declared_tool(declared, inputs)
+}
+
+/// The work of calling the declared tool `declared` with `inputs` (already rendered
+/// for a step; as given by a model for an agent): defaults filled in, its templates
+/// rendered against its inputs alone.
+pub fn declared_tool(
+    declared: &ToolDefinition,
+    inputs: Map<String, Value>,
+) -> Result<Work, String> {
+    let name = &declared.header.name;
     let mut with_defaults = inputs;
     for (input, spec) in &declared.header.inputs {
         if !with_defaults.contains_key(input) {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-/// The four kinds of stream in awl's log.
+/// The kinds of stream in awl's log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamType {
@@ -22,10 +22,12 @@ pub enum StreamType {
     Schedule,
     /// The starts of a workflow with one value of its debounce key.
     Debounce,
+    /// One question worked by awl's own agent: its model calls, tool calls, answer.
+    Solve,
 }
 
 impl StreamType {
-    pub const ALL: [StreamType; 7] = [
+    pub const ALL: [StreamType; 8] = [
         Self::Workflow,
         Self::Run,
         Self::Task,
@@ -33,6 +35,7 @@ impl StreamType {
         Self::Bulk,
         Self::Schedule,
         Self::Debounce,
+        Self::Solve,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +47,7 @@ impl StreamType {
             Self::Bulk => "bulk",
             Self::Schedule => "schedule",
             Self::Debounce => "debounce",
+            Self::Solve => "solve",
         }
     }
 }

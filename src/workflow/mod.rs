@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 pub use diagnostics::{Diagnostic, Diagnostics};
 pub use model::Workflow;
-pub use validate::CheckedWorkflow;
+pub use validate::{CheckedWorkflow, FileSchema, check_file, check_tools, problem_at};
 
 /// The built-in tools `tool` steps may name without declaring them.
 pub const BUILTIN_TOOLS: [&str; 4] = ["echo", "fail", "noop", "sleep"];

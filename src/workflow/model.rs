@@ -638,6 +638,16 @@ pub struct ToolHeader {
     /// The tool's parameters.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub inputs: BTreeMap<String, InputSpec>,
+    /// A call fails with class `timeout` after this many seconds, when the step
+    /// calling it sets no timeout of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86_400))]
+    pub timeout_seconds: Option<u64>,
+    /// What one call costs, in USD: charged to the budget of the run or agent that
+    /// calls it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub cost_usd: Option<f64>,
 }
 
 /// The step types a declared tool may be.

@@ -18,7 +18,7 @@ use jsonschema::error::ValidationErrorKind;
 use serde_json::Value;
 
 use super::diagnostics::{Diagnostic, Diagnostics, Reporter};
-use super::model::{StepKind, Workflow};
+use super::model::{StepKind, ToolDefinition, Workflow};
 use super::schema::workflow_schema;
 use super::yaml::{self, SourceMap};
 use super::{builtin_tools, rules};
@@ -46,7 +46,7 @@ pub fn check(file: &Path, source: &str) -> Result<CheckedWorkflow, Diagnostics> 
         }
     };
     let mut report = Reporter::new(file, source, &map);
-    schema_problems(&json, &mut report);
+    schema_problems(workflow_file(), &json, &mut report);
     rules::check(&json, &builtin_tools(), file, &mut report);
     if !report.found.is_empty() {
         return Err(Diagnostics(report.found).sorted());
@@ -69,15 +69,125 @@ pub fn check(file: &Path, source: &str) -> Result<CheckedWorkflow, Diagnostics> 
     }
 }
 
-fn validator() -> &'static jsonschema::Validator {
-    static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
-    VALIDATOR.get_or_init(|| {
-        let mut schema = workflow_schema();
+/// Check a tools file (`tools/*.yaml`: a `tools:` list of tool declarations, as in a
+/// workflow file) and return its tools, or every problem, each where it is.
+pub fn check_tools(file: &Path, source: &str) -> Result<Vec<ToolDefinition>, Diagnostics> {
+    let (json, map) = yaml::parse(source).map_err(|e| {
+        Diagnostics(vec![Diagnostic {
+            file: file.to_path_buf(),
+            position: e.position.unwrap_or_default(),
+            field: String::new(),
+            message: format!("not valid YAML: {}", e.message),
+        }])
+    })?;
+    let mut report = Reporter::new(file, source, &map);
+    schema_problems(tools_file(), &json, &mut report);
+    if report.found.is_empty() {
+        rules::check(&json, &builtin_tools(), file, &mut report);
+    }
+    if !report.found.is_empty() {
+        return Err(Diagnostics(report.found).sorted());
+    }
+    let tools = json
+        .get("tools")
+        .cloned()
+        .unwrap_or(Value::Array(Vec::new()));
+    serde_json::from_value::<Vec<ToolDefinition>>(tools).map_err(|e| {
+        Diagnostics(vec![Diagnostic {
+            file: file.to_path_buf(),
+            position: Default::default(),
+            field: String::new(),
+            message: format!("the file passed validation but could not be read: {e}"),
+        }])
+    })
+}
+
+/// A JSON Schema that YAML files of one kind are checked against, compiled once.
+pub struct FileSchema {
+    schema: Value,
+    validator: jsonschema::Validator,
+}
+
+impl FileSchema {
+    /// Compile `schema` (awl's own: a failure is a bug, and panics at start-up).
+    pub fn new(mut schema: Value) -> Self {
         mark_integers(&mut schema);
-        jsonschema::options()
+        let validator = jsonschema::options()
             .with_keyword(WHOLE_NUMBER, |_, _, _| Ok(Box::new(WholeNumber)))
             .build(&schema)
-            .unwrap_or_else(|e| panic!("awl's own workflow schema does not compile: {e}"))
+            .unwrap_or_else(|e| panic!("awl's own schema does not compile: {e}"));
+        Self { schema, validator }
+    }
+}
+
+/// Check a YAML file of another kind than a workflow (an agent definition) against
+/// `schema`: every problem where it is, then the file read as `T`, with its JSON and
+/// positions for the rules a schema cannot say.
+pub fn check_file<T: serde::de::DeserializeOwned>(
+    file: &Path,
+    source: &str,
+    schema: &FileSchema,
+) -> Result<(T, Value, SourceMap), Diagnostics> {
+    let (json, map) = yaml::parse(source).map_err(|e| {
+        Diagnostics(vec![Diagnostic {
+            file: file.to_path_buf(),
+            position: e.position.unwrap_or_default(),
+            field: String::new(),
+            message: format!("not valid YAML: {}", e.message),
+        }])
+    })?;
+    let mut report = Reporter::new(file, source, &map);
+    schema_problems(schema, &json, &mut report);
+    if !report.found.is_empty() {
+        return Err(Diagnostics(report.found).sorted());
+    }
+    match serde_json::from_value::<T>(json.clone()) {
+        Ok(read) => Ok((read, json, map)),
+        Err(e) => Err(Diagnostics(vec![Diagnostic {
+            file: file.to_path_buf(),
+            position: Default::default(),
+            field: String::new(),
+            message: format!("the file passed validation but could not be read: {e}"),
+        }])),
+    }
+}
+
+/// Where a problem found by a caller of [`check_file`] is: the value at `pointer`.
+pub fn problem_at(
+    file: &Path,
+    source: &str,
+    map: &SourceMap,
+    pointer: &str,
+    message: impl Into<String>,
+) -> Diagnostic {
+    let mut report = Reporter::new(file, source, map);
+    report.at_value(pointer, message);
+    report.found.remove(0)
+}
+
+fn workflow_file() -> &'static FileSchema {
+    static SCHEMA: OnceLock<FileSchema> = OnceLock::new();
+    SCHEMA.get_or_init(|| FileSchema::new(workflow_schema()))
+}
+
+/// The schema of a tools file: the workflow schema's `tools` property alone (same
+/// path, so the messages and field suggestions are the same).
+fn tools_file() -> &'static FileSchema {
+    static SCHEMA: OnceLock<FileSchema> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let workflow = workflow_schema();
+        let mut schema = serde_json::json!({
+            "type": "object",
+            "properties": {"tools": workflow.pointer("/properties/tools").cloned().unwrap_or_default()},
+            "required": ["tools"],
+            "additionalProperties": false,
+        });
+        for key in ["$defs", "$schema"] {
+            if let (Value::Object(root), Some(value)) = (&mut schema, workflow.get(key)) {
+                root.insert(key.into(), value.clone());
+            }
+        }
+        FileSchema::new(schema)
     })
 }
 
@@ -120,13 +230,13 @@ fn mark_integers(schema: &mut Value) {
 }
 
 /// Translate every schema error into a diagnostic at the right place.
-fn schema_problems(json: &Value, report: &mut Reporter<'_>) {
-    for error in validator().iter_errors(json) {
+fn schema_problems(schema: &FileSchema, json: &Value, report: &mut Reporter<'_>) {
+    for error in schema.validator.iter_errors(json) {
         let pointer = error.instance_path().as_str().to_string();
         let instance = json.pointer(&pointer).unwrap_or(&Value::Null);
         match error.kind() {
             ValidationErrorKind::AdditionalProperties { unexpected } => {
-                let allowed = allowed_fields(error.schema_path().as_str());
+                let allowed = allowed_fields(&schema.schema, error.schema_path().as_str());
                 for name in unexpected {
                     let child = format!("{pointer}/{}", yaml::escape(name));
                     report.at_key(&child, unknown_field(name, &allowed));
@@ -192,9 +302,7 @@ fn schema_problems(json: &Value, report: &mut Reporter<'_>) {
 
 /// The fields allowed where an `additionalProperties` error was raised: the
 /// `properties` beside it in the schema.
-fn allowed_fields(schema_path: &str) -> Vec<String> {
-    static SCHEMA: OnceLock<Value> = OnceLock::new();
-    let schema = SCHEMA.get_or_init(workflow_schema);
+fn allowed_fields(schema: &Value, schema_path: &str) -> Vec<String> {
     let parent = schema_path
         .strip_suffix("/additionalProperties")
         .unwrap_or(schema_path);

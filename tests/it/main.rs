@@ -14,6 +14,7 @@
 //! URL; each test creates and drops its own database), defaulting to
 //! `postgres://postgres@127.0.0.1:5432/postgres`. `scripts/test` provides one.
 
+mod agents;
 mod architecture;
 mod board;
 mod board_cli;
@@ -29,6 +30,7 @@ mod golden;
 mod hooks;
 mod learning;
 mod mcp;
+mod models;
 mod observability;
 mod projections;
 mod runners;

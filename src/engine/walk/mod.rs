@@ -266,6 +266,19 @@ impl<'a> Walker<'a> {
             })
             .next_back()
             .or(step.common.timeout_seconds)
+            .or_else(|| self.declared_tool_timeout(step))
+    }
+
+    /// The `timeout_seconds` of the declared tool a `tool` step calls.
+    fn declared_tool_timeout(&self, step: &Step) -> Option<u64> {
+        let StepKind::Tool(t) = &step.kind else {
+            return None;
+        };
+        self.def
+            .tools
+            .iter()
+            .find(|d| d.header.name == t.tool)
+            .and_then(|d| d.header.timeout_seconds)
     }
 
     /// The recovery recorded after the attempt before `attempt`.

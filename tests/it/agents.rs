@@ -1,0 +1,479 @@
+//! awl's own agent on both stores, against a scripted OpenAI-compatible server
+//! (`support::openai`) and real tools (a declared shell tool, the built-ins): tool-call
+//! turns with the conversation the model is sent, malformed tool arguments handed back
+//! to the model, a model that never stops calling tools, a 429 with `Retry-After`, a
+//! streamed reply, budgets that stop a solve before a call would exceed them, and a
+//! solve whose process died during execute carried on without asking the model again.
+
+use std::path::Path;
+use std::time::Duration;
+
+use awl::agents::{Agents, Observer, SolveResult, Unobserved, load_dir};
+use awl::clock::system_clock;
+use awl::domain::ids::SolveId;
+use awl::domain::run::ErrorClass;
+use awl::domain::solve::SolveEvent;
+use awl::log::{EventFilter, StreamType};
+use awl::runners::{Runners, RunnersConfig};
+use awl::store::EventStore;
+use awl::tools::Registry;
+use serde_json::{Value, json};
+
+use crate::support::openai::{Scripted, ScriptedServer};
+use crate::support::{Backend, TestStore, on_both_stores};
+
+on_both_stores!(worker_threads = 2;
+    tool_calls_run_and_their_results_reach_the_model,
+    malformed_arguments_are_handed_back_to_the_model,
+    a_model_that_never_stops_calling_tools_is_told_to_answer_then_stopped,
+    a_rate_limited_model_is_retried_after_the_time_it_asks,
+    a_streamed_reply_reaches_the_observer_as_it_comes,
+    a_budget_stops_the_solve_before_a_call_could_exceed_it,
+    a_solve_that_died_during_execute_resumes_without_asking_the_model_again,
+);
+
+const TOOLS: &str = r#"
+tools:
+  - name: word_count
+    description: Count the words of a text.
+    type: shell
+    inputs:
+      text: {type: string, required: true}
+    script: 'printf "{\"words\": %s}" "$(printf "%s" "$1" | wc -w)"'
+    args: ["${{ inputs.text }}"]
+  - name: slow_count
+    description: Count the words of a text, slowly.
+    type: shell
+    inputs:
+      text: {type: string, required: true}
+    script: 'sleep 3; printf "{\"words\": %s}" "$(printf "%s" "$1" | wc -w)"'
+    args: ["${{ inputs.text }}"]
+"#;
+
+/// The agents of a temporary directory: one agent on `server`, with `extra` lines.
+fn agents(store: &EventStore, server: &ScriptedServer, extra: &str) -> Agents {
+    let dir = tempfile::tempdir().unwrap();
+    write_declarations(dir.path(), server, extra);
+    let registry = Registry::load(
+        &dir.path().join("tools"),
+        Runners::new(RunnersConfig::default()),
+    )
+    .expect("the tools load");
+    let definitions = load_dir(&dir.path().join("agents"), &registry).expect("the agent loads");
+    Agents::new(store.clone(), definitions, registry, system_clock()).expect("agents")
+}
+
+pub fn write_declarations(dir: &Path, server: &ScriptedServer, extra: &str) {
+    std::fs::create_dir_all(dir.join("tools")).unwrap();
+    std::fs::create_dir_all(dir.join("agents")).unwrap();
+    std::fs::write(dir.join("tools/text.yaml"), TOOLS).unwrap();
+    let agent = format!(
+        "name: counter\ncapabilities: [text]\nmodel:\n  name: small\n  base_url: {}\n  max_retries: 2\n\
+         system_prompt: Count with the tools.\ntools: [word_count, slow_count, echo]\n{extra}",
+        server.base_url()
+    );
+    std::fs::write(dir.join("agents/counter.yaml"), agent).unwrap();
+}
+
+async fn ask(agents: &Agents, prompt: &str) -> SolveResult {
+    agents
+        .ask(
+            SolveId::new(),
+            "counter",
+            prompt,
+            None,
+            "user:ada",
+            &mut Unobserved,
+        )
+        .await
+        .expect("the solve runs")
+}
+
+/// The types of the solve's events, in order.
+async fn recorded(store: &EventStore, id: SolveId) -> Vec<String> {
+    let filter = EventFilter {
+        stream_types: vec![StreamType::Solve],
+        ..EventFilter::default()
+    };
+    let (events, _) = store.read_page(0, 1_000, &filter).await.unwrap();
+    events
+        .into_iter()
+        .filter(|e| e.stream.id == id.to_string())
+        .map(|e| e.event_type)
+        .collect()
+}
+
+fn messages(request: &Value) -> Vec<Value> {
+    request["messages"].as_array().cloned().unwrap_or_default()
+}
+
+async fn tool_calls_run_and_their_results_reach_the_model(backend: Backend) {
+    let db = TestStore::new(backend).await;
+    let server = ScriptedServer::start([
+        Scripted::tool_calls(&[
+            ("word_count", r#"{"text": "one two three"}"#),
+            ("echo", r#"{"message": "hi"}"#),
+        ]),
+        Scripted::text("There are 3 words."),
+    ])
+    .await;
+    let agents = agents(&db.store, &server, "");
+    let result = ask(&agents, "How many words in 'one two three'?").await;
+    assert_eq!(result.status, "finished", "{result:?}");
+    assert_eq!(result.message.as_deref(), Some("There are 3 words."));
+    assert_eq!(result.model_calls, 2);
+    assert_eq!(result.plan.len(), 2);
+    assert!(result.plan.iter().all(|s| s.ok), "{:?}", result.plan);
+    assert_eq!(
+        result.plan[0].output.as_ref().unwrap()["json"],
+        json!({"words": 3})
+    );
+    assert_eq!(result.tools_used.len(), 2);
+    assert!(result.timings.total_ms >= result.timings.execute_ms);
+    assert!(result.tokens_in > 0 && result.tokens_out > 0);
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, vec!["word_count", "slow_count", "echo"]);
+    assert_eq!(
+        requests[0]["tools"][0]["function"]["parameters"]["required"],
+        json!(["text"])
+    );
+    let first = messages(&requests[0]);
+    assert_eq!(first[0]["role"], "system");
+    assert_eq!(first[1]["role"], "user");
+    let second = messages(&requests[1]);
+    assert_eq!(
+        second.len(),
+        5,
+        "system, user, the assistant's calls, two results"
+    );
+    assert_eq!(second[2]["role"], "assistant");
+    assert_eq!(second[2]["tool_calls"].as_array().unwrap().len(), 2);
+    let results: Vec<&Value> = second.iter().filter(|m| m["role"] == "tool").collect();
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains(r#""words":3"#),
+        "{results:?}"
+    );
+    assert_eq!(results[0]["tool_call_id"], second[2]["tool_calls"][0]["id"]);
+
+    assert_eq!(
+        recorded(&db.store, result.solve_id).await,
+        vec![
+            "solve.started",
+            "solve.model_replied",
+            "solve.tool_finished",
+            "solve.tool_finished",
+            "solve.model_replied",
+            "solve.finished"
+        ]
+    );
+    let again = agents.solve(result.solve_id).await.unwrap();
+    assert_eq!(again, result, "the solve reads back as it ended");
+}
+
+async fn malformed_arguments_are_handed_back_to_the_model(backend: Backend) {
+    let db = TestStore::new(backend).await;
+    let server = ScriptedServer::start([
+        Scripted::tool_calls(&[
+            ("word_count", r#"{"text": "unterminated"#),
+            ("rm_rf", r#"{}"#),
+            ("word_count", r#"{"txt": "a b"}"#),
+        ]),
+        Scripted::text("I could not count."),
+    ])
+    .await;
+    let agents = agents(&db.store, &server, "");
+    let result = ask(&agents, "Count.").await;
+    assert_eq!(result.status, "finished");
+    let errors: Vec<_> = result
+        .plan
+        .iter()
+        .map(|s| s.error.clone().expect("every call failed"))
+        .collect();
+    assert!(errors.iter().all(|e| e.class == ErrorClass::Validation));
+    assert!(errors[0].message.contains("not valid JSON"), "{errors:?}");
+    assert!(
+        errors[1].message.contains("not one of this agent's tools"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[2]
+            .message
+            .contains("\"text\" is a required property"),
+        "{errors:?}"
+    );
+    let second = messages(&server.requests()[1]);
+    let told: Vec<&str> = second
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(told.len(), 3);
+    assert!(
+        told[0].contains("not valid JSON") && told[0].contains("validation"),
+        "{told:?}"
+    );
+}
+
+async fn a_model_that_never_stops_calling_tools_is_told_to_answer_then_stopped(backend: Backend) {
+    let db = TestStore::new(backend).await;
+    let server =
+        ScriptedServer::always(Scripted::tool_calls(&[("echo", r#"{"message": 1}"#)])).await;
+    let agents = agents(&db.store, &server, "max_iterations: 2\n");
+    let result = ask(&agents, "Loop.").await;
+    assert_eq!(result.status, "failed");
+    let error = result.error.expect("why");
+    assert_eq!(error.class, ErrorClass::Validation);
+    assert!(
+        error
+            .message
+            .contains("still asked for tools after 2 iterations"),
+        "{error}"
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "two plan phases and one solve phase");
+    assert!(requests[0].get("tool_choice").is_none());
+    assert_eq!(requests[2]["tool_choice"], "none");
+    assert_eq!(
+        result.plan.len(),
+        3,
+        "the solve phase's calls are recorded, not run"
+    );
+    assert!(result.plan[2].duration_ms.is_none());
+}
+
+async fn a_rate_limited_model_is_retried_after_the_time_it_asks(backend: Backend) {
+    let db = TestStore::new(backend).await;
+    let server = ScriptedServer::start([
+        Scripted::error(429, Some("1"), "Rate limit reached"),
+        Scripted::text("Done."),
+    ])
+    .await;
+    let agents = agents(&db.store, &server, "");
+    let started = std::time::Instant::now();
+    let result = ask(&agents, "Hi.").await;
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(result.status, "finished");
+    assert_eq!(server.requests().len(), 2);
+
+    // A model that keeps refusing ends the solve with its class, after the retries.
+    let refusing = ScriptedServer::always(Scripted::error(503, Some("0"), "overloaded")).await;
+    let agents = self::agents(&db.store, &refusing, "");
+    let result = ask(&agents, "Hi.").await;
+    assert_eq!(result.status, "failed");
+    let error = result.error.unwrap();
+    assert_eq!(error.class, ErrorClass::Dependency, "{error}");
+    assert!(error.message.contains("overloaded"), "{error}");
+    assert_eq!(
+        refusing.requests().len(),
+        3,
+        "the first attempt and max_retries: 2"
+    );
+}
+
+#[derive(Default)]
+struct Watcher {
+    tokens: Vec<String>,
+    phases: Vec<String>,
+}
+
+impl Observer for Watcher {
+    fn event(&mut self, event: &SolveEvent) {
+        self.phases.push(cqrs_es::DomainEvent::event_type(event));
+    }
+    fn token(&mut self, text: &str) {
+        self.tokens.push(text.to_string());
+    }
+}
+
+async fn a_streamed_reply_reaches_the_observer_as_it_comes(backend: Backend) {
+    let db = TestStore::new(backend).await;
+    let answer = "Three words, counted with the word_count tool.";
+    let server = ScriptedServer::start([
+        Scripted::tool_calls(&[("word_count", r#"{"text": "a b c"}"#)]),
+        Scripted::text(answer),
+    ])
+    .await;
+    let agents = agents(&db.store, &server, "");
+    let stream_dir = tempfile::tempdir().unwrap();
+    write_declarations(stream_dir.path(), &server, "");
+    let mut agent_file =
+        std::fs::read_to_string(stream_dir.path().join("agents/counter.yaml")).unwrap();
+    agent_file = agent_file.replace("  max_retries: 2\n", "  max_retries: 2\n  stream: true\n");
+    std::fs::write(stream_dir.path().join("agents/counter.yaml"), agent_file).unwrap();
+    let registry = agents.registry().clone();
+    let definitions = load_dir(&stream_dir.path().join("agents"), &registry).unwrap();
+    let streaming = Agents::new(db.store.clone(), definitions, registry, system_clock()).unwrap();
+    let mut watcher = Watcher::default();
+    let result = streaming
+        .ask(
+            SolveId::new(),
+            "counter",
+            "Count a b c.",
+            None,
+            "user:ada",
+            &mut watcher,
+        )
+        .await
+        .unwrap();
+    assert_eq!(result.message.as_deref(), Some(answer));
+    assert!(
+        watcher.tokens.len() > 1,
+        "the text came in pieces: {:?}",
+        watcher.tokens
+    );
+    assert_eq!(watcher.tokens.concat(), answer);
+    assert_eq!(
+        watcher.phases,
+        vec![
+            "solve.started",
+            "solve.model_replied",
+            "solve.tool_finished",
+            "solve.model_replied",
+            "solve.finished"
+        ]
+    );
+    assert_eq!(server.requests()[0]["stream"], true);
+}
+
+async fn a_budget_stops_the_solve_before_a_call_could_exceed_it(backend: Backend) {
+    let db = TestStore::new(backend).await;
+    // $1 per thousand tokens in and out: the first prompt alone is over a thousand
+    // bytes with the tools' schemas, so a budget of $0.50 never reaches the model.
+    let price = "  price: {input_per_million: 1000, output_per_million: 1000}\n";
+    let server =
+        ScriptedServer::always(Scripted::tool_calls(&[("echo", r#"{"message": 1}"#)])).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_declarations(dir.path(), &server, "budget_usd: 0.5\n");
+    let path = dir.path().join("agents/counter.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("  max_retries: 2\n", &format!("  max_retries: 2\n{price}"));
+    std::fs::write(&path, text).unwrap();
+    let registry = Registry::load(
+        &dir.path().join("tools"),
+        Runners::new(RunnersConfig::default()),
+    )
+    .unwrap();
+    let definitions = load_dir(&dir.path().join("agents"), &registry).unwrap();
+    let agents = Agents::new(
+        db.store.clone(),
+        definitions,
+        registry.clone(),
+        system_clock(),
+    )
+    .unwrap();
+    let result = ask(&agents, "Count.").await;
+    assert_eq!(result.status, "failed");
+    let error = result.error.unwrap();
+    assert_eq!(error.class, ErrorClass::Budget);
+    assert!(
+        error.message.contains("more than the 0.500000 USD left"),
+        "{error}"
+    );
+    assert!(server.requests().is_empty(), "no call was made");
+
+    // A long prompt costs about $1 a call as the server counts it: a budget of $6
+    // covers a few calls and stops the solve before the one that could pass it.
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("budget_usd: 0.5", "budget_usd: 6\nmax_iterations: 10");
+    std::fs::write(&path, text).unwrap();
+    let definitions = load_dir(&dir.path().join("agents"), &registry).unwrap();
+    let agents = Agents::new(db.store.clone(), definitions, registry, system_clock()).unwrap();
+    let long = format!("Count: {}", "word ".repeat(800));
+    let result = ask(&agents, &long).await;
+    assert_eq!(result.status, "failed");
+    assert_eq!(
+        result.error.clone().unwrap().class,
+        ErrorClass::Budget,
+        "{result:?}"
+    );
+    assert!(result.model_calls >= 2, "{result:?}");
+    assert_eq!(server.requests().len(), result.model_calls);
+    assert!(result.cost_usd <= 6.0, "{}", result.cost_usd);
+    assert!(result.cost_usd >= 2.0, "{}", result.cost_usd);
+}
+
+async fn a_solve_that_died_during_execute_resumes_without_asking_the_model_again(backend: Backend) {
+    let db = TestStore::new(backend).await;
+    let server = ScriptedServer::start([
+        Scripted::tool_calls(&[
+            ("echo", r#"{"message": "fast"}"#),
+            ("slow_count", r#"{"text": "a b"}"#),
+        ]),
+        Scripted::text("Two words."),
+    ])
+    .await;
+    let agents = agents(&db.store, &server, "");
+    let id = SolveId::new();
+    // The process "dies" while the slow tool runs: the future is dropped.
+    let died = tokio::time::timeout(
+        Duration::from_millis(1_500),
+        agents.ask(
+            id,
+            "counter",
+            "Count a b.",
+            None,
+            "user:ada",
+            &mut Unobserved,
+        ),
+    )
+    .await;
+    assert!(died.is_err(), "the solve was cut off during execute");
+    assert_eq!(
+        recorded(&db.store, id).await,
+        vec![
+            "solve.started",
+            "solve.model_replied",
+            "solve.tool_finished"
+        ],
+        "the reply and the fast call were recorded"
+    );
+    assert_eq!(server.requests().len(), 1);
+
+    // Another process carries it on from the log.
+    let store = db.reopen().await;
+    let again = self::agents(&store, &server, "");
+    let result = again
+        .resume(id, "user:ada", &mut Unobserved)
+        .await
+        .expect("resumed");
+    assert_eq!(result.status, "finished");
+    assert_eq!(result.message.as_deref(), Some("Two words."));
+    assert_eq!(
+        server.requests().len(),
+        2,
+        "the recorded reply was not asked for again"
+    );
+    let events = recorded(&store, id).await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| *e == "solve.model_replied")
+            .count(),
+        2
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| *e == "solve.tool_finished")
+            .count(),
+        2,
+        "the recorded call was not run again"
+    );
+    assert_eq!(
+        result.plan[1].output.as_ref().unwrap()["json"],
+        json!({"words": 2})
+    );
+}
