@@ -2,34 +2,44 @@
 //! tool call in order, with how it ended), the tools used, the timings and the cost.
 
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::domain::ids::{SolveId, TaskId};
 use crate::domain::run::StepError;
-use crate::domain::solve::{Solve, Status, Timings, ToolOutcome};
+use crate::domain::solve::{Solve, Status, ToolOutcome};
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct SolveResult {
+    #[schemars(with = "String")]
     pub solve_id: SolveId,
     pub agent: String,
     pub status: &'static str,
     /// The answer, once finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// Why it failed.
+    /// Why it failed: `{class, message}`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Value>")]
     pub error: Option<StepError>,
     pub plan: Vec<PlanStep>,
     pub tools_used: Vec<String>,
-    /// Where the time went (as far as it got, for a solve that did not finish).
-    #[serde(flatten)]
-    pub timings: Timings,
+    /// Model calls that chose tools, in ms (as far as it got, for a solve that did
+    /// not finish; likewise below).
+    pub plan_ms: u64,
+    /// Tool calls: the longest of each iteration (they run side by side).
+    pub execute_ms: u64,
+    /// The model call that answered.
+    pub solve_ms: u64,
+    /// From the start to the end (or to the last event).
+    pub total_ms: u64,
     pub model_calls: usize,
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub cost_usd: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub task_id: Option<TaskId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<DateTime<Utc>>,
@@ -38,7 +48,7 @@ pub struct SolveResult {
 }
 
 /// One tool call of the plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct PlanStep {
     pub iteration: u32,
     pub tool: String,
@@ -48,6 +58,7 @@ pub struct PlanStep {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Value>")]
     pub error: Option<StepError>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
@@ -71,7 +82,10 @@ impl SolveResult {
             error: solve.failure.clone(),
             plan: plan(solve),
             tools_used: solve.tools_used(),
-            timings,
+            plan_ms: timings.plan_ms,
+            execute_ms: timings.execute_ms,
+            solve_ms: timings.solve_ms,
+            total_ms: timings.total_ms,
             model_calls: solve.turns.len(),
             tokens_in,
             tokens_out,

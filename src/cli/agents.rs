@@ -2,7 +2,8 @@
 //! asking one of them a question (plan, execute, solve), recorded as a solve.
 //!
 //! Tools come from the built-ins and the YAML files of `--tools-dir` (`AWL_TOOLS_DIR`,
-//! else `./tools` when it exists); agents from `--agents-dir` (`AWL_AGENTS_DIR`, else
+//! else `./tools` when it exists), with the tools of the MCP servers those files
+//! declare (started for the command); agents from `--agents-dir` (`AWL_AGENTS_DIR`, else
 //! `./agents` when it exists).
 
 use std::io::Write;
@@ -17,7 +18,7 @@ use crate::clock::system_clock;
 use crate::domain::ids::{RunId, SolveId};
 use crate::domain::solve::SolveEvent;
 use crate::store::EventStore;
-use crate::tools::{CallContext, Registry, Source};
+use crate::tools::{CallContext, Registry};
 use crate::vault::mask::NO_SECRETS;
 
 use super::common::{actor, runners};
@@ -44,6 +45,20 @@ impl Declarations {
         }
     }
 
+    /// The registry with the tools of the MCP servers the tools directory declares:
+    /// each server started and its tools listed (a server that cannot be is an error
+    /// naming it).
+    pub async fn registry_with_mcp(&self) -> anyhow::Result<Registry> {
+        let registry = self.registry()?;
+        if registry.mcp_servers().is_empty() {
+            return Ok(registry);
+        }
+        registry
+            .discover()
+            .await
+            .context("discovering the tools of the MCP servers")
+    }
+
     /// Every agent definition, checked against `registry`.
     pub fn definitions(&self, registry: &Registry) -> anyhow::Result<Vec<AgentDefinition>> {
         match chosen(&self.agents_dir, "agents") {
@@ -54,9 +69,9 @@ impl Declarations {
         }
     }
 
-    /// The agents, recording in `store`.
-    pub fn agents(&self, store: EventStore) -> anyhow::Result<Agents> {
-        let registry = self.registry()?;
+    /// The agents, recording in `store`, with the MCP servers' tools.
+    pub async fn agents(&self, store: EventStore) -> anyhow::Result<Agents> {
+        let registry = self.registry_with_mcp().await?;
         let definitions = self.definitions(&registry)?;
         Ok(Agents::new(store, definitions, registry, system_clock())?)
     }
@@ -119,7 +134,7 @@ pub struct AskArgs {
 }
 
 pub async fn tools(decl: &Declarations, command: ToolsCommand) -> anyhow::Result<()> {
-    let registry = decl.registry()?;
+    let registry = decl.registry_with_mcp().await?;
     match command {
         ToolsCommand::List { json } => {
             if json {
@@ -129,9 +144,9 @@ pub async fn tools(decl: &Declarations, command: ToolsCommand) -> anyhow::Result
             }
             for tool in registry.list() {
                 println!(
-                    "{:<24} {:<9} {}",
+                    "{:<24} {:<12} {}",
                     tool.name,
-                    source_name(&tool.source),
+                    crate::server::wire::source(&tool.source),
                     tool.description
                 );
             }
@@ -164,15 +179,8 @@ pub async fn tools(decl: &Declarations, command: ToolsCommand) -> anyhow::Result
     }
 }
 
-fn source_name(source: &Source) -> &'static str {
-    match source {
-        Source::Builtin => "built-in",
-        Source::Declared { .. } => "declared",
-    }
-}
-
 pub async fn agents(decl: &Declarations, command: AgentsCommand) -> anyhow::Result<()> {
-    let registry = decl.registry()?;
+    let registry = decl.registry_with_mcp().await?;
     let definitions = decl.definitions(&registry)?;
     match command {
         AgentsCommand::List { json } => {
@@ -206,7 +214,7 @@ pub async fn agents(decl: &Declarations, command: AgentsCommand) -> anyhow::Resu
 }
 
 pub async fn ask(store: EventStore, decl: &Declarations, args: AskArgs) -> anyhow::Result<()> {
-    let agents = decl.agents(store)?;
+    let agents = decl.agents(store).await?;
     let by = actor(&args.by);
     let mut printer = Printer;
     let observer: &mut (dyn Observer + Send) = if args.stream && !args.json {
@@ -257,10 +265,10 @@ fn print_result(result: &SolveResult) {
         result.tokens_in,
         result.tokens_out,
         result.cost_usd,
-        result.timings.plan_ms,
-        result.timings.execute_ms,
-        result.timings.solve_ms,
-        result.timings.total_ms
+        result.plan_ms,
+        result.execute_ms,
+        result.solve_ms,
+        result.total_ms
     );
 }
 

@@ -219,7 +219,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Workflows(args) => workflows::workflows(open(&location, true).await?, args).await,
         Command::Resume(args) => resume::resume(open(&location, true).await?, args).await,
         Command::Replay(args) => replay::replay(open(&location, true).await?, args).await,
-        Command::Serve(args) => serve::run(open_for_work(&location).await?, args).await,
+        Command::Serve(args) => {
+            serve::run(open_for_work(&location).await?, args, &cli.declarations).await
+        }
         Command::Send(args) => {
             let store = store_unless(args.target_is_remote(), &location).await?;
             send::send(store, args).await

@@ -101,7 +101,13 @@ pub struct ServeArgs {
     learn_min_confidence: f64,
 }
 
-pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(
+    store: EventStore,
+    args: ServeArgs,
+    declarations: &super::agents::Declarations,
+) -> anyhow::Result<()> {
+    let registry = declarations.registry()?;
+    let agents = declarations.definitions(&registry)?;
     for dir in &args.workflows {
         register_dir(&store, dir).await?;
     }
@@ -129,6 +135,8 @@ pub async fn run(store: EventStore, args: ServeArgs) -> anyhow::Result<()> {
     config.learn.min_successes = args.learn_min_successes;
     config.learn.min_confidence = args.learn_min_confidence;
     config.learn_every = (args.learn_every > 0).then(|| Duration::from_secs(args.learn_every));
+    config.tools = Some(registry);
+    config.agents = agents;
     if !args.no_worker {
         let mut worker = WorkerConfig::new(owner("serve"));
         worker.env = allowed_env(&args.env_allow);

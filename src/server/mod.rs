@@ -64,6 +64,8 @@ pub struct AppState {
     pub schedules: crate::schedules::Schedules,
     pub hooks: crate::hooks::Hooks,
     pub learner: crate::learning::Learner,
+    /// awl's own agents and the tool registry.
+    pub agents: crate::agents::Agents,
     /// The time decisions record.
     pub clock: Clock,
     pub auth_on: bool,
@@ -107,6 +109,10 @@ pub struct ServeConfig {
     /// How often the learner proposes what mining found (`None`: only when asked,
     /// with `awl learn mine` or `POST /api/v1/learn/mine`).
     pub learn_every: Option<Duration>,
+    /// The tool registry (`None`: the built-in tools).
+    pub tools: Option<crate::tools::Registry>,
+    /// awl's own agents (checked against `tools`).
+    pub agents: Vec<crate::agents::AgentDefinition>,
 }
 
 impl ServeConfig {
@@ -127,6 +133,8 @@ impl ServeConfig {
             hook_secrets: crate::hooks::environment(),
             learn: crate::learning::LearnConfig::default(),
             learn_every: Some(Duration::from_secs(5)),
+            tools: None,
+            agents: Vec::new(),
         }
     }
 }
@@ -224,6 +232,16 @@ pub async fn start(
         schedules: crate::schedules::Schedules::new(store.clone(), clock.clone()),
         hooks: crate::hooks::Hooks::new(store.clone(), clock.clone(), config.hook_secrets.clone()),
         learner: crate::learning::Learner::new(store.clone(), config.learn.clone()),
+        agents: crate::agents::Agents::new(
+            store.clone(),
+            config.agents.clone(),
+            config
+                .tools
+                .clone()
+                .unwrap_or_else(|| crate::tools::Registry::builtins(runners.clone())),
+            clock.clone(),
+        )
+        .map_err(|e| ServeError::Io(std::io::Error::other(e)))?,
         clock: clock.clone(),
         auth_on,
         openapi: Arc::new(openapi::document(&routes())),

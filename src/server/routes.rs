@@ -16,7 +16,9 @@ use crate::projections::queries::*;
 use super::AppState;
 use super::dashboard;
 use super::rest::meta::{Health, Readiness};
-use super::rest::{agents, hooks, learning, live, meta, runs, schedules, tasks, tokens, views};
+use super::rest::{
+    agents, hooks, learning, live, meta, runs, schedules, solve, tasks, tokens, views,
+};
 use super::wire::*;
 
 type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
@@ -167,6 +169,11 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(POST "/api/v1/learn/proposals/{proposal_id}/reject", Operate, "learning", "Reject an open proposal, with a reason.", learning::reject, req: Some(s::<RejectProposalRequest>), res: Some(s::<crate::learning::ProposalView>), 200),
         route!(GET "/api/v1/learn/uses", Read, "learning", "Each approved learned workflow of the caller's scope: runs, success rate, mean run time against the manual sequences it replaced.", learning::uses, req: None, res: Some(s::<Vec<crate::learning::LearnedUse>>), 200),
         route!(POST "/api/v1/suggest", Connect, "learning", "The workflows that fit a context (recent tool calls, a prompt, capabilities), best first, each with why: submitted ones first, then learned ones of the caller's scope or shared above the confidence threshold. Any token, agents' included.", learning::suggest, req: Some(s::<SuggestRequest>), res: Some(s::<SuggestionList>), 200),
+        // awl's own agents
+        route!(GET "/api/v1/tools", Read, "agents", "The tool registry: built-in tools and those declared or discovered, each with its input schema, timeout, cost and source.", solve::tools, req: None, res: Some(s::<Vec<ToolView>>), 200),
+        route!(GET "/api/v1/agent-definitions", Read, "agents", "awl's own agents, as their definition files say: model, tools, budget, iterations, capabilities.", solve::definitions, req: None, res: Some(s::<Vec<AgentDefinitionView>>), 200),
+        route!(POST "/api/v1/solve", Operate, "agents", "Ask one of awl's own agents: it plans tool calls with its model, runs them and answers (plan, execute, solve), every step recorded on a solve stream. The answer holds the message, the plan, the tools used, timings and cost; with `stream: true` or `Accept: text/event-stream`, Server-Sent Events of each phase and the reply's tokens, then `result`.", solve::solve, req: Some(s::<SolveRequest>), res: Some(s::<crate::agents::SolveResult>), 200),
+        route!(GET "/api/v1/solves/{solve_id}", Read, "agents", "One solve as recorded: its answer or failure, plan, tools used, timings and cost.", solve::show, req: None, res: Some(s::<crate::agents::SolveResult>), 200),
         // tokens
         route!(GET "/api/v1/tokens", Admin, "tokens", "Every token (never the secrets).", tokens::list, req: None, res: Some(s::<Vec<TokenView>>), 200),
         route!(POST "/api/v1/tokens", Admin, "tokens", "Create a token; the secret is in this answer only.", tokens::create, req: Some(s::<CreateTokenRequest>), res: Some(s::<CreatedToken>), 201),

@@ -30,6 +30,7 @@ on_both_stores!(worker_threads = 2;
     a_streamed_reply_reaches_the_observer_as_it_comes,
     a_budget_stops_the_solve_before_a_call_could_exceed_it,
     a_solve_that_died_during_execute_resumes_without_asking_the_model_again,
+    solves_over_http_whole_and_streamed_with_roles_and_bad_input,
 );
 
 const TOOLS: &str = r#"
@@ -129,7 +130,7 @@ async fn tool_calls_run_and_their_results_reach_the_model(backend: Backend) {
         json!({"words": 3})
     );
     assert_eq!(result.tools_used.len(), 2);
-    assert!(result.timings.total_ms >= result.timings.execute_ms);
+    assert!(result.total_ms >= result.execute_ms);
     assert!(result.tokens_in > 0 && result.tokens_out > 0);
 
     let requests = server.requests();
@@ -476,4 +477,204 @@ async fn a_solve_that_died_during_execute_resumes_without_asking_the_model_again
         result.plan[1].output.as_ref().unwrap()["json"],
         json!({"words": 2})
     );
+}
+
+/// The SSE messages of a whole (ended) response body: `(event, data)`.
+fn sse_blocks(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let mut event = String::new();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    event = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim());
+                }
+            }
+            (!event.is_empty()).then(|| (event, serde_json::from_str(&data).unwrap_or(Value::Null)))
+        })
+        .collect()
+}
+
+async fn solves_over_http_whole_and_streamed_with_roles_and_bad_input(backend: Backend) {
+    use crate::support::server::{Api, config, serve_with, tokens};
+    use reqwest::{Method, StatusCode};
+
+    let db = TestStore::new(backend).await;
+    let server = ScriptedServer::start([
+        Scripted::tool_calls(&[("word_count", r#"{"text": "a b c d"}"#)]),
+        Scripted::text("Four."),
+        Scripted::tool_calls(&[("echo", r#"{"message": "x"}"#)]),
+        Scripted::text("Streamed answer."),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_declarations(dir.path(), &server, "");
+    let path = dir.path().join("agents/counter.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("  max_retries: 2\n", "  max_retries: 2\n  stream: true\n");
+    std::fs::write(&path, text).unwrap();
+    let registry = Registry::load(
+        &dir.path().join("tools"),
+        Runners::new(RunnersConfig::default()),
+    )
+    .unwrap();
+    let definitions = load_dir(&dir.path().join("agents"), &registry).unwrap();
+    let tokens = tokens(&db.store, &["worker-1"]).await;
+    let mut config = config();
+    config.tools = Some(registry);
+    config.agents = definitions;
+    let awl = serve_with(&db.store, config, system_clock()).await;
+    let api = Api::of(&awl);
+
+    let tools = api.get(Some(&tokens.viewer), "/api/v1/tools").await;
+    let word_count = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "word_count")
+        .expect("listed");
+    assert_eq!(word_count["input_schema"]["required"], json!(["text"]));
+    assert!(
+        word_count["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("declared:"),
+        "{word_count}"
+    );
+    let defined = api
+        .get(Some(&tokens.viewer), "/api/v1/agent-definitions")
+        .await;
+    assert_eq!(defined[0]["name"], "counter");
+    assert_eq!(
+        defined[0]["tools"],
+        json!(["word_count", "slow_count", "echo"])
+    );
+
+    // Whole.
+    let result = api
+        .ok_post(
+            &tokens.operator,
+            "/api/v1/solve",
+            json!({"agent": "counter", "prompt": "Count a b c d."}),
+        )
+        .await;
+    assert_eq!(result["status"], "finished", "{result}");
+    assert_eq!(result["message"], "Four.");
+    assert_eq!(result["plan"][0]["tool"], "word_count");
+    assert_eq!(result["plan"][0]["output"]["json"], json!({"words": 4}));
+    for field in [
+        "plan_ms",
+        "execute_ms",
+        "solve_ms",
+        "total_ms",
+        "tokens_in",
+        "cost_usd",
+    ] {
+        assert!(result.get(field).is_some(), "{field} in {result}");
+    }
+    let id = result["solve_id"].as_str().unwrap();
+    let read = api
+        .get(Some(&tokens.viewer), &format!("/api/v1/solves/{id}"))
+        .await;
+    assert_eq!(read, result);
+
+    // Streamed: every phase, the tokens, then the result.
+    let response = api
+        .http
+        .post(format!("{}/api/v1/solve", api.base))
+        .bearer_auth(&tokens.operator)
+        .header("accept", "text/event-stream")
+        .json(&json!({"agent": "counter", "prompt": "Echo x."}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = crate::support::within(30, "the stream to end", response.text())
+        .await
+        .unwrap();
+    let messages = sse_blocks(&body);
+    let names: Vec<&str> = messages.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(names.first(), Some(&"started"), "{names:?}");
+    assert_eq!(names.last(), Some(&"result"), "{names:?}");
+    for phase in ["model", "tool", "token", "finished"] {
+        assert!(names.contains(&phase), "{phase} in {names:?}");
+    }
+    let streamed: String = messages
+        .iter()
+        .filter(|(e, _)| e == "token")
+        .map(|(_, d)| d["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(streamed, "Streamed answer.");
+    assert_eq!(messages.last().unwrap().1["message"], "Streamed answer.");
+
+    // Who may ask, and bad input: nothing recorded, nothing asked of the model.
+    let asked = server.requests().len();
+    let body = json!({"agent": "counter", "prompt": "x"});
+    let (status, _) = api
+        .call(
+            Some(&tokens.viewer),
+            Method::POST,
+            "/api/v1/solve",
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let agent_token = &tokens.agents["worker-1"];
+    let (status, _) = api
+        .call(
+            Some(agent_token),
+            Method::POST,
+            "/api/v1/solve",
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = api.call(None, Method::GET, "/api/v1/tools", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, error) = api
+        .call(
+            Some(&tokens.operator),
+            Method::POST,
+            "/api/v1/solve",
+            Some(json!({"agent": "nobody", "prompt": "x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+    assert!(error.to_string().contains("no agent `nobody`"), "{error}");
+    let (status, _) = api
+        .call(
+            Some(&tokens.operator),
+            Method::POST,
+            "/api/v1/solve",
+            Some(json!({"agent": "counter", "prompt": "  "})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = api
+        .call(
+            Some(&tokens.operator),
+            Method::POST,
+            "/api/v1/solve",
+            Some(json!({"agent": "counter", "prompt": "x", "budget": 1})),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "unknown fields are refused"
+    );
+    let (status, _) = api
+        .call(
+            Some(&tokens.viewer),
+            Method::GET,
+            &format!("/api/v1/solves/{}", SolveId::new()),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(server.requests().len(), asked);
+    awl.shutdown().await.unwrap();
 }

@@ -9,6 +9,7 @@ pub mod live;
 pub mod meta;
 pub mod runs;
 pub mod schedules;
+pub mod solve;
 pub mod tasks;
 pub mod tokens;
 pub mod views;

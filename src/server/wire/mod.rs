@@ -4,12 +4,14 @@
 //! list. Services' own read shapes (`board::views`, `projections::queries`) are
 //! returned as they are.
 
+mod agents;
 mod board;
 mod learning;
 mod runs;
 mod schedules;
 mod tokens;
 
+pub use agents::*;
 pub use board::*;
 pub use learning::*;
 pub use runs::*;
