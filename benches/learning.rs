@@ -131,6 +131,7 @@ fn task_events(i: usize, start: DateTime<Utc>) -> AppendRequest {
             agent_hint: None,
             priority: 0,
             review_required: false,
+            runner: Default::default(),
             run_step: None,
             at: tick(0),
         },

@@ -149,6 +149,7 @@ fn task_life(i: usize) -> (StreamRef, Vec<awl::domain::task::TaskEvent>) {
             priority: 0,
             review_required: false,
             run_step: None,
+            runner: Default::default(),
             at: at(0),
         },
     );

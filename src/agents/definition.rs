@@ -58,6 +58,15 @@ pub struct AgentFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 100))]
     pub max_iterations: Option<u32>,
+    /// Take tasks from the board (`awl serve` registers the agent, with its
+    /// capabilities, and works the tasks it may take: those whose `runner` is
+    /// `builtin` or `any`).
+    #[serde(default)]
+    pub board: bool,
+    /// Board tasks worked at once (4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 256))]
+    pub concurrency: Option<u32>,
 }
 
 /// The model an agent uses, over the OpenAI-compatible Chat Completions API.
@@ -122,6 +131,11 @@ impl AgentDefinition {
 
     pub fn max_iterations(&self) -> u32 {
         self.file.max_iterations.unwrap_or(DEFAULT_ITERATIONS)
+    }
+
+    /// Board tasks worked at once.
+    pub fn concurrency(&self) -> u32 {
+        self.file.concurrency.unwrap_or(4)
     }
 
     /// Where its model is, with the key read from the environment now.

@@ -99,6 +99,7 @@ impl Board {
             agent_hint: new.agent_hint.clone(),
             priority: new.priority,
             review_required: new.review_required,
+            runner: new.runner,
             run_step: None,
             at: self.now(),
         })?;

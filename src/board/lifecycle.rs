@@ -23,12 +23,35 @@ use super::views::{AgentView, TaskView};
 use super::{Board, BoardError, Caller, ToolCall, agent_stream, task_stream};
 
 impl Board {
-    /// Register an agent or update its capabilities and workspace.
+    /// Register an (external) agent or update its capabilities and workspace.
     pub async fn register(
         &self,
         agent_id: AgentId,
         capabilities: Capabilities,
         workspace: Option<Workspace>,
+        by: &Caller,
+    ) -> Result<AgentView, BoardError> {
+        self.register_as(agent_id, capabilities, workspace, false, by)
+            .await
+    }
+
+    /// Register one of awl's own agents (run by the built-in runner in this process).
+    pub async fn register_builtin(
+        &self,
+        agent_id: AgentId,
+        capabilities: Capabilities,
+        by: &Caller,
+    ) -> Result<AgentView, BoardError> {
+        self.register_as(agent_id, capabilities, None, true, by)
+            .await
+    }
+
+    async fn register_as(
+        &self,
+        agent_id: AgentId,
+        capabilities: Capabilities,
+        workspace: Option<Workspace>,
+        builtin: bool,
         by: &Caller,
     ) -> Result<AgentView, BoardError> {
         if let Some(w) = &workspace
@@ -47,6 +70,7 @@ impl Board {
                         agent_id: agent_id.clone(),
                         capabilities: capabilities.clone(),
                         workspace: workspace.clone(),
+                        builtin,
                         at: self.now(),
                     })
                     .map_err(BoardError::from)

@@ -1,6 +1,7 @@
 //! Which queued task an agent gets, and which waiting agent a task goes to: pure rules.
 //!
-//! A task can go to an agent whose capabilities cover the task's required ones. A task
+//! A task can go to an agent whose capabilities cover the task's required ones, and
+//! of the kind the task allows (awl's own agents, external ones, or either). A task
 //! hinted at one agent is kept for that agent for a grace period after it was queued
 //! (if the agent is not around by then, anyone able may take it). Among the tasks an
 //! agent may take, the order is: hinted at this agent, same repository and branch,
@@ -13,6 +14,7 @@ use std::cmp::Reverse;
 use chrono::{DateTime, Duration, Utc};
 
 use crate::domain::ids::{AgentId, TaskId};
+use crate::domain::task::Runner;
 use crate::domain::workspace::{Capabilities, Workspace};
 
 /// What matching needs to know of a queued task.
@@ -25,6 +27,8 @@ pub struct QueuedTask {
     pub priority: i32,
     /// When it (last) entered the queue.
     pub queued_at: DateTime<Utc>,
+    /// Who may take it: awl's own agents, external ones, or either.
+    pub runner: Runner,
 }
 
 /// What matching needs to know of an agent.
@@ -33,6 +37,8 @@ pub struct AgentProfile {
     pub agent_id: AgentId,
     pub capabilities: Capabilities,
     pub workspace: Option<Workspace>,
+    /// One of awl's own agents.
+    pub builtin: bool,
 }
 
 /// How well an agent's workspace fits a task's: higher is better.
@@ -65,7 +71,7 @@ pub fn may_take(
     now: DateTime<Utc>,
     hint_grace: Duration,
 ) -> bool {
-    if !agent.capabilities.covers(&task.required) {
+    if !agent.capabilities.covers(&task.required) || !task.runner.allows(agent.builtin) {
         return false;
     }
     match &task.agent_hint {

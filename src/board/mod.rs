@@ -101,6 +101,8 @@ pub struct NewTask {
     pub priority: i32,
     /// The work must be approved by a reviewer before the task completes.
     pub review_required: bool,
+    /// Who may take it: awl's own agents, external ones, or either.
+    pub runner: crate::domain::task::Runner,
 }
 
 /// One tool call an agent reports having made on a task.

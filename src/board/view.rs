@@ -208,6 +208,7 @@ impl BoardView {
             agent_id: id.clone(),
             capabilities: agent.capabilities().clone(),
             workspace: agent.workspace().cloned(),
+            builtin: agent.is_builtin(),
         })
     }
 }
@@ -249,6 +250,7 @@ pub(super) fn queued_task(id: TaskId, task: &Task) -> QueuedTask {
         agent_hint: task.agent_hint().cloned(),
         priority: task.priority(),
         queued_at: task.queued_at().unwrap_or_default(),
+        runner: task.runner(),
     }
 }
 
@@ -269,6 +271,7 @@ mod tests {
             agent_hint: None,
             priority: 0,
             review_required: false,
+            runner: Default::default(),
             run_step: None,
             at: Utc::now(),
         });

@@ -190,6 +190,9 @@ pub struct AgentView {
     /// When it last called the board (this server's knowledge).
     pub last_seen: Option<DateTime<Utc>>,
     pub version: i64,
+    /// One of awl's own agents (run by the built-in runner).
+    #[serde(default)]
+    pub builtin: bool,
 }
 
 impl AgentView {
@@ -206,6 +209,7 @@ impl AgentView {
             registered_at: agent.registered_at(),
             last_seen,
             version,
+            builtin: agent.is_builtin(),
         }
     }
 }

@@ -38,6 +38,9 @@ pub struct SendArgs {
     /// Require a reviewer's approval before the task completes.
     #[arg(long)]
     review: bool,
+    /// Who may take it: any agent, only awl's own (builtin), or only external ones.
+    #[arg(long, value_enum, default_value = "any")]
+    runner: RunnerArg,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -60,6 +63,7 @@ pub async fn send(store: Option<EventStore>, args: SendArgs) -> anyhow::Result<(
         agent_hint: args.agent_hint,
         priority: args.priority,
         review_required: args.review,
+        runner: args.runner.into(),
     };
     let task: TaskView = match Client::open(&args.target, store).await? {
         Client::Direct { board, by } => {
@@ -74,6 +78,7 @@ pub async fn send(store: Option<EventStore>, args: SendArgs) -> anyhow::Result<(
                     .transpose()?,
                 priority: request.priority,
                 review_required: request.review_required,
+                runner: request.runner,
             };
             board.send(new, &by, None).await?.0
         }
@@ -93,4 +98,21 @@ pub async fn send(store: Option<EventStore>, args: SendArgs) -> anyhow::Result<(
         println!("{}", task.task_id);
     }
     Ok(())
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum RunnerArg {
+    Any,
+    Builtin,
+    External,
+}
+
+impl From<RunnerArg> for crate::workflow::model::Runner {
+    fn from(r: RunnerArg) -> Self {
+        match r {
+            RunnerArg::Any => Self::Any,
+            RunnerArg::Builtin => Self::Builtin,
+            RunnerArg::External => Self::External,
+        }
+    }
 }

@@ -127,6 +127,8 @@ pub enum Effect {
         agent_hint: Option<String>,
         priority: i32,
         review_required: bool,
+        /// Who may take the task.
+        runner: crate::workflow::model::Runner,
     },
     /// Start a child run for a `workflow` step (in the same transaction). The step
     /// ends when the child does.

@@ -343,6 +343,7 @@ fn queue_task(
         agent_hint,
         priority,
         review_required,
+        runner,
     } = effect
     else {
         return Ok(None);
@@ -365,6 +366,7 @@ fn queue_task(
             .and_then(|a| AgentId::try_from(a).ok()),
         priority: *priority,
         review_required: *review_required,
+        runner: *runner,
         run_step: Some(RunStepRef {
             run_id: run.id().unwrap_or_default(),
             step_id: step_id.clone(),

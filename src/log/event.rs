@@ -311,7 +311,7 @@ mod tests {
         }
         assert_eq!(
             "job".parse::<StreamType>().unwrap_err().to_string(),
-            "unknown stream type \"job\" (expected one of: workflow, run, task, agent, bulk, schedule, debounce)"
+            "unknown stream type \"job\" (expected one of: workflow, run, task, agent, bulk, schedule, debounce, solve)"
         );
     }
 

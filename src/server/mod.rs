@@ -14,6 +14,7 @@
 //! requests finish, stops the worker (which gives its runs back) and closes the store.
 
 mod auth_layer;
+pub mod builtin_agents;
 pub mod caller;
 mod dashboard;
 pub mod error;
@@ -248,6 +249,7 @@ pub async fn start(
         ready_max_lag: config.ready_max_lag,
         waits: waits::WaitSlots::new(config.max_waits_per_token),
     };
+    let agents = state.agents.clone();
     let mcp_stop = CancellationToken::new();
     let app = router(state, mode, &config, mcp_stop.clone());
     let (stop, stop_rx) = watch::channel(false);
@@ -301,6 +303,9 @@ pub async fn start(
         let (clock, stop) = (clock.clone(), stop_rx.clone());
         tokio::spawn(async move { learner.propose_every(every, clock, stop).await });
     }
+    // awl's own agents that take board tasks; a solve cut off by shutdown is carried
+    // on when its task comes back.
+    let builtin = builtin_agents::start(&board, &agents, &stop_rx).await;
     let worker = config.worker.clone().map(|wc| {
         let worker = Worker::new(store.clone(), runners, wc, clock.clone());
         let stop = stop_rx.clone();
@@ -324,6 +329,9 @@ pub async fn start(
                 .await;
             follower.abort();
             sampler.abort();
+            for agent in builtin {
+                agent.abort();
+            }
             let _ = sweeper.await;
             let _ = projector.await;
             if let Some(worker) = worker {

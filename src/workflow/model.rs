@@ -382,6 +382,46 @@ pub struct AgentStep {
     /// The agent's submission must be approved by a person.
     #[serde(default)]
     pub review_required: bool,
+    /// Who may take the task: `any` agent (the default), only awl's own `builtin`
+    /// agents, or only `external` ones.
+    #[serde(default, skip_serializing_if = "Runner::is_any")]
+    pub runner: Runner,
+}
+
+/// Who may take a task: awl's own agents, external ones, or either.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Runner {
+    /// Any agent whose capabilities cover the task's.
+    #[default]
+    Any,
+    /// Only awl's own agents (agent definitions run by the built-in runner).
+    Builtin,
+    /// Only agents outside awl, pulling work over MCP or HTTP.
+    External,
+}
+
+impl Runner {
+    pub fn is_any(&self) -> bool {
+        *self == Self::Any
+    }
+
+    /// Whether an agent (built-in or not) may take a task with this runner.
+    pub fn allows(self, builtin_agent: bool) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Builtin => builtin_agent,
+            Self::External => !builtin_agent,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Any => "any",
+            Self::Builtin => "builtin",
+            Self::External => "external",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -652,3 +692,69 @@ pub struct ToolHeader {
 
 /// The step types a declared tool may be.
 pub const TOOL_KINDS: [&str; 4] = ["shell", "http", "database", "notify"];
+
+/// A file of the tools directory (`tools/*.yaml`): tools declared as in a workflow
+/// file, and MCP servers whose tools are discovered when awl starts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "awl tools file")]
+pub struct ToolsFile {
+    /// Tools declared in this file, in the same form as a workflow file's `tools:`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDefinition>,
+    /// MCP servers whose tools join the registry as `SERVER__TOOL`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServerSpec>,
+}
+
+/// An external MCP server: started as a process speaking MCP on its stdin and stdout
+/// (`command`), or reached over streamable HTTP (`url`). Its tools are listed when
+/// awl starts, cached for `refresh_seconds`, and called through one session kept
+/// open. Credentials come only from awl's own environment, named here; nothing of a
+/// caller's is ever passed on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerSpec {
+    /// The server's name: its tools are registered as `NAME__TOOL`.
+    #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"))]
+    pub name: String,
+    /// A stdio server: the program and its arguments (no shell), run in the tools
+    /// file's directory with an empty environment but `PATH`, `HOME` and `env_from`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1))]
+    pub command: Vec<String>,
+    /// The names of awl's environment variables passed on to a stdio server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$")))]
+    pub env_from: Vec<String>,
+    /// A streamable HTTP server: its MCP endpoint (`http://` or `https://`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String", regex(pattern = r"^https?://[^\s]+$"))]
+    pub url: Option<String>,
+    /// The name of awl's environment variable whose value is sent to an HTTP server
+    /// as its bearer token (`Authorization: Bearer ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String", regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
+    pub bearer_token_env: Option<String>,
+    /// A call fails with class `timeout` after this many seconds. Starting the
+    /// server and listing its tools may take as long, and at least 30 seconds.
+    #[serde(default = "default_mcp_timeout")]
+    #[schemars(range(min = 1, max = 86_400))]
+    pub timeout_seconds: u64,
+    /// What one call of any of its tools costs, in USD.
+    #[serde(default)]
+    #[schemars(range(min = 0.0))]
+    pub cost_usd: f64,
+    /// How long the list of its tools is kept before it is asked for again.
+    #[serde(default = "default_mcp_refresh")]
+    #[schemars(range(min = 1, max = 86_400))]
+    pub refresh_seconds: u64,
+}
+
+fn default_mcp_timeout() -> u64 {
+    60
+}
+
+fn default_mcp_refresh() -> u64 {
+    300
+}

@@ -31,6 +31,7 @@ on_both_stores!(worker_threads = 2;
     a_budget_stops_the_solve_before_a_call_could_exceed_it,
     a_solve_that_died_during_execute_resumes_without_asking_the_model_again,
     solves_over_http_whole_and_streamed_with_roles_and_bad_input,
+    a_builtin_agent_does_a_workflow_agent_step_and_only_the_tasks_it_may_take,
 );
 
 const TOOLS: &str = r#"
@@ -676,5 +677,161 @@ async fn solves_over_http_whole_and_streamed_with_roles_and_bad_input(backend: B
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(server.requests().len(), asked);
+    awl.shutdown().await.unwrap();
+}
+
+const BUILTIN_WORKFLOW: &str = r#"
+name: count-words
+version: "1.0.0"
+inputs:
+  text: {type: string, required: true}
+steps:
+  - id: count
+    type: agent
+    prompt: "How many words in: ${{ inputs.text }}"
+    capabilities: [text]
+    runner: builtin
+outputs:
+  answer: "${{ steps.count.outputs.message }}"
+"#;
+
+async fn a_builtin_agent_does_a_workflow_agent_step_and_only_the_tasks_it_may_take(
+    backend: Backend,
+) {
+    use crate::support::server::{Api, config, serve_with, tokens};
+    use crate::support::wait_for;
+    use reqwest::{Method, StatusCode};
+
+    let db = TestStore::new(backend).await;
+    let model = ScriptedServer::start([
+        Scripted::tool_calls(&[("word_count", r#"{"text": "one two three"}"#)]),
+        Scripted::text("3 words."),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_declarations(dir.path(), &model, "board: true\nconcurrency: 2\n");
+    let registry = Registry::load(
+        &dir.path().join("tools"),
+        Runners::new(RunnersConfig::default()),
+    )
+    .unwrap();
+    let definitions = load_dir(&dir.path().join("agents"), &registry).unwrap();
+    let file = dir.path().join("count-words.awl.yaml");
+    std::fs::write(&file, BUILTIN_WORKFLOW).unwrap();
+    awl::definitions::register_file(&db.store, &file, "test", chrono::Utc::now())
+        .await
+        .expect("register");
+    let tk = tokens(&db.store, &["outsider"]).await;
+    let mut config = config();
+    config.tools = Some(registry);
+    config.agents = definitions;
+    config.worker = Some(awl::executor::WorkerConfig::new("builtin-test"));
+    let awl = serve_with(&db.store, config, system_clock()).await;
+    let api = Api::of(&awl);
+
+    // The built-in agent is on the board like any agent, marked as awl's own.
+    let counter = api.get(Some(&tk.viewer), "/api/v1/agents/counter").await;
+    assert_eq!(counter["builtin"], true, "{counter}");
+    assert_eq!(counter["capabilities"], json!(["text"]));
+    // An external agent may not take its name.
+    let outsider = &tk.agents["outsider"];
+    let (status, body) = api
+        .call(
+            Some(&tk.admin),
+            Method::POST,
+            "/api/v1/agents",
+            Some(json!({"agent_id": "counter", "capabilities": ["text"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    api.ok(
+        outsider,
+        Method::POST,
+        "/api/v1/agents",
+        json!({"capabilities": ["text"]}),
+    )
+    .await;
+
+    let started = api
+        .ok(
+            &tk.operator,
+            Method::POST,
+            "/api/v1/runs",
+            json!({"workflow": "count-words", "inputs": {"text": "one two three"}}),
+        )
+        .await;
+    let run = started["run_id"].as_str().unwrap().to_string();
+    let done = wait_for(30, "the run to succeed", async || {
+        let view = api
+            .fetch(Some(&tk.viewer), &format!("/api/v1/runs/{run}"))
+            .await;
+        (view["status"] == "SUCCEEDED").then_some(view)
+    })
+    .await;
+    assert_eq!(done["outputs"]["answer"], "3 words.", "{done}");
+
+    // The task went to the built-in agent, which reported its tool calls on it.
+    let tasks = api
+        .get(Some(&tk.viewer), "/api/v1/tasks?status=COMPLETED")
+        .await;
+    let task = tasks["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["run_id"] == run.as_str())
+        .expect("the run's task")
+        .clone();
+    assert_eq!(task["assignee"], "counter", "{task}");
+    let task_id = task["task_id"].as_str().unwrap();
+    let history = api
+        .get(Some(&tk.viewer), &format!("/api/v1/tasks/{task_id}/events"))
+        .await;
+    let types: Vec<String> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap_or_default().to_string())
+        .collect();
+    for t in [
+        "task.queued",
+        "task.acknowledged",
+        "task.tool_call_reported",
+        "task.completed",
+    ] {
+        assert!(types.iter().any(|x| x == t), "{t} in {types:?}");
+    }
+
+    // A task only external agents may take waits for the outsider, never the
+    // built-in agent (which is waiting too).
+    let sent = api
+        .ok(
+            &tk.operator,
+            Method::POST,
+            "/api/v1/tasks",
+            json!({"prompt": "by hand", "capabilities": ["text"], "runner": "external"}),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let view = api
+        .get(
+            Some(&tk.viewer),
+            &format!("/api/v1/tasks/{}", sent["task_id"].as_str().unwrap()),
+        )
+        .await;
+    assert_eq!(view["status"], "QUEUED", "{view}");
+    let got = api
+        .ok(
+            outsider,
+            Method::POST,
+            "/api/v1/agents/outsider/wait",
+            json!({"timeout_seconds": 5}),
+        )
+        .await;
+    assert_eq!(got["task"]["task_id"], sent["task_id"], "{got}");
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "the model was asked only for the run's task"
+    );
     awl.shutdown().await.unwrap();
 }

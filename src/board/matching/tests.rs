@@ -12,6 +12,7 @@ fn task(n: u128, caps: &[&str]) -> QueuedTask {
         workspace: None,
         agent_hint: None,
         priority: 0,
+        runner: Default::default(),
         queued_at: t0() + Duration::seconds(n as i64),
     }
 }
@@ -21,6 +22,7 @@ fn agent(name: &str, caps: &[&str]) -> AgentProfile {
         agent_id: AgentId::try_from(name).unwrap(),
         capabilities: Capabilities::new(caps),
         workspace: None,
+        builtin: false,
     }
 }
 
@@ -48,6 +50,37 @@ fn capabilities_must_be_covered() {
     assert_eq!(pick(&agent("a", &["Python "]), &tasks, t0()), Some(2));
     // A task that needs nothing suits anyone.
     assert_eq!(pick(&agent("a", &[]), &[task(3, &[])], t0()), Some(3));
+}
+
+#[test]
+fn a_task_goes_only_to_the_kind_of_agent_it_allows() {
+    use crate::domain::task::Runner;
+    let with = |runner: Runner| QueuedTask {
+        runner,
+        ..task(1, &["text"])
+    };
+    let external = agent("ext", &["text"]);
+    let builtin = AgentProfile {
+        builtin: true,
+        ..agent("own", &["text"])
+    };
+    for (runner, ext, own) in [
+        (Runner::Any, Some(1), Some(1)),
+        (Runner::Builtin, None, Some(1)),
+        (Runner::External, Some(1), None),
+    ] {
+        let tasks = [with(runner)];
+        assert_eq!(
+            pick(&external, &tasks, t0()),
+            ext,
+            "{runner:?} for an external agent"
+        );
+        assert_eq!(
+            pick(&builtin, &tasks, t0()),
+            own,
+            "{runner:?} for a built-in agent"
+        );
+    }
 }
 
 #[test]

@@ -17,6 +17,8 @@ pub enum AgentCommand {
         agent_id: AgentId,
         capabilities: Capabilities,
         workspace: Option<Workspace>,
+        /// One of awl's own agents (run by the built-in runner), not an external one.
+        builtin: bool,
         at: DateTime<Utc>,
     },
     UpdateCapabilities {

@@ -17,8 +17,9 @@ impl Decide for Agent {
                 agent_id,
                 capabilities,
                 workspace,
+                builtin,
                 at,
-            } => self.register(agent_id, capabilities, workspace, at),
+            } => self.register(agent_id, capabilities, workspace, builtin, at),
             AgentCommand::UpdateCapabilities { capabilities, at } => {
                 self.require_active(action)?;
                 Ok(self.capabilities_change(capabilities, at))
@@ -42,6 +43,7 @@ impl Agent {
         agent_id: AgentId,
         capabilities: Capabilities,
         workspace: Option<Workspace>,
+        builtin: bool,
         at: DateTime<Utc>,
     ) -> Result<Vec<AgentEvent>, AgentError> {
         if let Some(stream) = &self.agent_id
@@ -52,11 +54,18 @@ impl Agent {
                 given: agent_id,
             });
         }
+        if self.agent_id.is_some() && self.builtin != builtin {
+            return Err(AgentError::OtherKind {
+                agent: agent_id,
+                builtin: self.builtin,
+            });
+        }
         if !self.is_active() {
             return Ok(vec![AgentEvent::Registered {
                 agent_id,
                 capabilities,
                 workspace,
+                builtin,
                 at,
             }]);
         }

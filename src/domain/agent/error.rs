@@ -22,4 +22,11 @@ pub enum AgentError {
 
     #[error("this stream belongs to agent {stream}: cannot register agent {given} on it")]
     WrongAgent { stream: AgentId, given: AgentId },
+
+    #[error(
+        "agent {agent} is {}: the name cannot be registered as {} (choose another name)",
+        if *builtin { "one of awl's own agents" } else { "an external agent" },
+        if *builtin { "an external agent" } else { "one of awl's own agents" }
+    )]
+    OtherKind { agent: AgentId, builtin: bool },
 }

@@ -24,6 +24,9 @@ pub enum AgentEvent {
         agent_id: AgentId,
         capabilities: Capabilities,
         workspace: Option<Workspace>,
+        /// One of awl's own agents (absent: an external one).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        builtin: bool,
         at: DateTime<Utc>,
     },
     /// The agent now offers a different set of capabilities.

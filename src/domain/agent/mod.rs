@@ -76,6 +76,9 @@ pub struct Agent {
     retirement: Option<Retirement>,
     registered_at: Option<DateTime<Utc>>,
     updated_at: Option<DateTime<Utc>>,
+    /// One of awl's own agents.
+    #[serde(default)]
+    builtin: bool,
 }
 
 impl Agent {
@@ -121,6 +124,13 @@ impl Agent {
 crate::domain::impl_aggregate!(Agent, "agent", AgentCommand, AgentEvent, AgentError);
 
 impl Agent {
+    /// One of awl's own agents (run by the built-in runner).
+    pub fn is_builtin(&self) -> bool {
+        self.builtin
+    }
+}
+
+impl Agent {
     /// Fold one event into the state (`Aggregate::apply`): it records what happened and
     /// never fails, since `decide` already refused whatever was not allowed.
     fn apply_event(&mut self, event: AgentEvent) {
@@ -130,6 +140,7 @@ impl Agent {
                 agent_id,
                 capabilities,
                 workspace,
+                builtin,
                 at,
             } => {
                 *self = Agent {
@@ -140,6 +151,7 @@ impl Agent {
                     retirement: None,
                     registered_at: Some(at),
                     updated_at: Some(at),
+                    builtin,
                 };
             }
             AgentEvent::CapabilitiesChanged { capabilities, .. } => {

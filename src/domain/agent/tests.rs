@@ -62,6 +62,7 @@ fn registered(
         agent_id: a1(),
         capabilities,
         workspace,
+        builtin: false,
         at,
     }
 }
@@ -96,6 +97,7 @@ fn register_as(
         agent_id,
         capabilities,
         workspace,
+        builtin: false,
         at,
     }
 }
@@ -519,6 +521,7 @@ fn v1_registration_upcasts_to_the_current_event() {
             agent_id: AgentId::try_from("a1").unwrap(),
             capabilities: caps(&["rust", "python"]),
             workspace: app_main(),
+            builtin: false,
             at: Utc.with_ymd_and_hms(2024, 5, 1, 10, 0, 0).unwrap(),
         }
     );

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::domain::ids::{AgentId, QuestionId, TaskId};
 use crate::domain::workspace::{Capabilities, Workspace};
+use crate::workflow::model::Runner;
 
 use super::events::{CompletedBy, RequeueReason, RunStepRef};
 
@@ -24,6 +25,8 @@ pub enum TaskCommand {
         agent_hint: Option<AgentId>,
         priority: i32,
         review_required: bool,
+        /// Who may take it: awl's own agents, external ones, or either.
+        runner: Runner,
         run_step: Option<RunStepRef>,
         at: DateTime<Utc>,
     },

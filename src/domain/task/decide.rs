@@ -24,6 +24,7 @@ impl Decide for Task {
                     agent_hint,
                     priority,
                     review_required,
+                    runner,
                     run_step,
                     at,
                 } => {
@@ -42,6 +43,7 @@ impl Decide for Task {
                         agent_hint,
                         priority,
                         review_required,
+                        runner,
                         run_step,
                         at,
                     }])

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::domain::ids::{AgentId, QuestionId, RunId, StepId, TaskId};
 use crate::domain::workspace::{Capabilities, Workspace};
+use crate::workflow::model::Runner;
 
 /// Something that happened to one task on the board.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -27,6 +28,9 @@ pub enum TaskEvent {
         agent_hint: Option<AgentId>,
         priority: i32,
         review_required: bool,
+        /// Who may take it (absent: any agent).
+        #[serde(default, skip_serializing_if = "Runner::is_any")]
+        runner: Runner,
         run_step: Option<RunStepRef>,
         at: DateTime<Utc>,
     },

@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use crate::domain::ids::{AgentId, QuestionId, TaskId};
 use crate::domain::workspace::{Capabilities, Workspace};
+pub use crate::workflow::model::Runner;
 
 pub use commands::{TaskAction, TaskCommand};
 pub use error::TaskError;
@@ -198,6 +199,7 @@ pub struct Task {
     agent_hint: Option<AgentId>,
     priority: i32,
     review_required: bool,
+    runner: Runner,
     run_step: Option<RunStepRef>,
     assignee: Option<AgentId>,
     ack_deadline: Option<DateTime<Utc>>,
@@ -250,6 +252,11 @@ impl Task {
 
     pub fn review_required(&self) -> bool {
         self.review_required
+    }
+
+    /// Who may take it.
+    pub fn runner(&self) -> Runner {
+        self.runner
     }
 
     /// The workflow step this task does, when a run queued it.
@@ -330,6 +337,7 @@ impl Task {
                 agent_hint,
                 priority,
                 review_required,
+                runner,
                 run_step,
                 at,
             } => {
@@ -342,6 +350,7 @@ impl Task {
                     agent_hint,
                     priority,
                     review_required,
+                    runner,
                     run_step,
                     queued_at: Some(at),
                     updated_at: Some(at),

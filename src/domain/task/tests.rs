@@ -93,6 +93,7 @@ fn queued(review_required: bool, at: DateTime<Utc>) -> TaskEvent {
         priority: 5,
         review_required,
         run_step: Some(run_step()),
+        runner: Default::default(),
         at,
     }
 }
@@ -218,6 +219,7 @@ fn queue_with_prompt(prompt: &str, review_required: bool, at: DateTime<Utc>) -> 
         priority: 5,
         review_required,
         run_step: Some(run_step()),
+        runner: Default::default(),
         at,
     }
 }
@@ -1328,6 +1330,7 @@ fn every_event() -> Vec<TaskEvent> {
             priority: -1,
             review_required: false,
             run_step: None,
+            runner: Default::default(),
             at: t(0),
         },
         assigned(a1(), t(1)),

@@ -298,6 +298,7 @@ impl<'a> Walker<'a> {
                             agent_hint: a.agent_hint.clone(),
                             priority: a.priority,
                             review_required: a.review_required,
+                            runner: a.runner,
                         });
                         Ok(())
                     }

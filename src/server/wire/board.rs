@@ -39,6 +39,13 @@ pub struct SendTaskRequest {
     /// The work must be approved by a reviewer before the task completes.
     #[serde(default)]
     pub review_required: bool,
+    /// Who may take it: `any` agent (default), only awl's own (`builtin`), or only
+    /// `external` ones.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::workflow::model::Runner::is_any"
+    )]
+    pub runner: crate::workflow::model::Runner,
 }
 
 /// Register an agent, or update its registration (idempotent).
@@ -198,6 +205,7 @@ impl TryFrom<SendTaskRequest> for NewTask {
             agent_hint,
             priority: r.priority,
             review_required: r.review_required,
+            runner: r.runner,
         })
     }
 }

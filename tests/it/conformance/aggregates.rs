@@ -30,6 +30,7 @@ fn queue(task_id: TaskId) -> TaskCommand {
         agent_hint: None,
         priority: 0,
         review_required: false,
+        runner: Default::default(),
         run_step: None,
         at: at(0),
     }
