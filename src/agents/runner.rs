@@ -114,7 +114,10 @@ impl Agents {
             }
         };
         let reply = completion.reply;
-        let cost_usd = agent.price.map_or(0.0, |p| p.cost(reply.usage));
+        let (tokens_in, tokens_out) = counted(&solve, &request, &reply);
+        let cost_usd = agent
+            .price
+            .map_or(0.0, |p| p.cost_of(tokens_in, tokens_out));
         let model_reply = ModelReply {
             iteration,
             phase,
@@ -129,8 +132,8 @@ impl Agents {
                     arguments: c.arguments.clone(),
                 })
                 .collect(),
-            tokens_in: reply.usage.prompt_tokens,
-            tokens_out: reply.usage.completion_tokens,
+            tokens_in,
+            tokens_out,
             cost_usd,
             latency_ms: millis(completion.latency),
             attempts: completion.attempts,
@@ -385,6 +388,22 @@ fn prompt_tokens_bound(solve: &Solve, request: &ChatRequest) -> u64 {
             (messages + tools) as u64 + overhead
         }
     }
+}
+
+/// The tokens of a call as the server counted them; when it did not (llama.cpp's
+/// Python server sends no usage in streams), counted from bytes: an upper bound, so
+/// what was spent is never under-counted and a budget still holds.
+fn counted(solve: &Solve, request: &ChatRequest, reply: &crate::models::ChatReply) -> (u64, u64) {
+    if reply.usage.prompt_tokens > 0 || reply.usage.completion_tokens > 0 {
+        return (reply.usage.prompt_tokens, reply.usage.completion_tokens);
+    }
+    let written = reply.content.as_deref().map_or(0, str::len)
+        + reply
+            .tool_calls
+            .iter()
+            .map(|c| c.name.len() + c.arguments.len())
+            .sum::<usize>();
+    (prompt_tokens_bound(solve, request), written as u64)
 }
 
 fn millis(d: std::time::Duration) -> u64 {

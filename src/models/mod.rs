@@ -757,9 +757,14 @@ fn request_body(request: &ChatRequest, stream: bool) -> Value {
     if !request.tools.is_empty() {
         let tools = request.tools.iter().map(wire_tool).collect();
         body.insert("tools".into(), Value::Array(tools));
-        if request.tool_choice_none {
-            body.insert("tool_choice".into(), json!("none"));
-        }
+        // Said either way: OpenAI takes a missing `tool_choice` for "auto", but
+        // llama.cpp's Python server takes it for "none" and never offers the tools.
+        let choice = if request.tool_choice_none {
+            "none"
+        } else {
+            "auto"
+        };
+        body.insert("tool_choice".into(), json!(choice));
     }
     if let Some(max_tokens) = request.max_tokens {
         body.insert("max_tokens".into(), json!(max_tokens));
@@ -784,7 +789,9 @@ fn wire_message(message: &Message) -> Value {
         } => {
             let mut m = Map::new();
             m.insert("role".into(), json!("assistant"));
-            m.insert("content".into(), json!(content));
+            // "" rather than null beside tool calls: OpenAI takes both, llama.cpp's
+            // Python server refuses null (and a missing content) with a 500.
+            m.insert("content".into(), json!(content.clone().unwrap_or_default()));
             // Some servers refuse an empty list.
             if !tool_calls.is_empty() {
                 let calls = tool_calls.iter().map(wire_tool_call).collect();

@@ -1,8 +1,9 @@
 //! Operators' actions on runs, done the same way by REST and MCP: pausing, resuming and
 //! cancelling one run (with the reason recorded, a default one when none is given),
 //! and bulk actions (a dry run's count, or a planned action carried out in the
-//! background), and pausing or resuming a whole workflow. Both adapters call these, so
-//! the two cannot drift apart.
+//! background), and pausing or resuming a whole workflow; asking one of awl's own
+//! agents (the solve runs in a task of its own, so a client that leaves does not cut
+//! it off). Both adapters call these, so the two cannot drift apart.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -134,4 +135,63 @@ pub async fn archive(app: &AppState, req: ArchiveRequest) -> Api<ArchiveView> {
         events: pass.events,
         dry_run: req.dry_run,
     })
+}
+
+/// What a solve started for a request tells it as it goes.
+pub enum SolveUpdate {
+    Event(crate::domain::solve::SolveEvent),
+    Token(String),
+    Done(Result<crate::agents::SolveResult, crate::agents::AgentError>),
+}
+
+struct Forward(tokio::sync::mpsc::UnboundedSender<SolveUpdate>);
+
+impl crate::agents::Observer for Forward {
+    fn event(&mut self, event: &crate::domain::solve::SolveEvent) {
+        let _ = self.0.send(SolveUpdate::Event(event.clone()));
+    }
+    fn token(&mut self, text: &str) {
+        let _ = self.0.send(SolveUpdate::Token(text.to_string()));
+    }
+}
+
+/// Ask `agent` in the background, as `by`: the updates come on the receiver, the
+/// last one `Done`. An unknown agent or an empty prompt is refused before anything
+/// is recorded.
+pub fn ask_agent(
+    app: &AppState,
+    agent: &str,
+    prompt: &str,
+    by: &str,
+) -> Api<tokio::sync::mpsc::UnboundedReceiver<SolveUpdate>> {
+    app.agents.get(agent)?;
+    if prompt.trim().is_empty() {
+        return Err(ApiError::invalid("`prompt` is empty"));
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let agents = app.agents.clone();
+    let (agent, prompt, by) = (agent.to_string(), prompt.to_string(), by.to_string());
+    tokio::spawn(async move {
+        let mut forward = Forward(tx.clone());
+        let id = crate::domain::ids::SolveId::new();
+        let result = agents
+            .ask(id, &agent, &prompt, None, &by, &mut forward)
+            .await;
+        let _ = tx.send(SolveUpdate::Done(result));
+    });
+    Ok(rx)
+}
+
+/// The end of a solve's updates: its result.
+pub async fn solve_result(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<SolveUpdate>,
+) -> Api<crate::agents::SolveResult> {
+    while let Some(update) = rx.recv().await {
+        if let SolveUpdate::Done(result) = update {
+            return Ok(result?);
+        }
+    }
+    Err(ApiError::from(crate::agents::AgentError::Internal(
+        "the solve's task ended without an answer".into(),
+    )))
 }

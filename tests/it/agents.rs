@@ -32,6 +32,7 @@ on_both_stores!(worker_threads = 2;
     a_solve_that_died_during_execute_resumes_without_asking_the_model_again,
     solves_over_http_whole_and_streamed_with_roles_and_bad_input,
     a_builtin_agent_does_a_workflow_agent_step_and_only_the_tasks_it_may_take,
+    an_agent_is_asked_over_mcp_with_progress_for_each_phase,
 );
 
 const TOOLS: &str = r#"
@@ -244,7 +245,7 @@ async fn a_model_that_never_stops_calling_tools_is_told_to_answer_then_stopped(b
     );
     let requests = server.requests();
     assert_eq!(requests.len(), 3, "two plan phases and one solve phase");
-    assert!(requests[0].get("tool_choice").is_none());
+    assert_eq!(requests[0]["tool_choice"], "auto");
     assert_eq!(requests[2]["tool_choice"], "none");
     assert_eq!(
         result.plan.len(),
@@ -834,4 +835,80 @@ async fn a_builtin_agent_does_a_workflow_agent_step_and_only_the_tasks_it_may_ta
         "the model was asked only for the run's task"
     );
     awl.shutdown().await.unwrap();
+}
+
+/// The example tools and agents of the repository load (and the example tool runs).
+#[tokio::test]
+async fn the_example_tools_and_agents_load() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let registry = Registry::load(&root.join("tools"), Runners::new(RunnersConfig::default()))
+        .expect("tools/ loads");
+    let agents = load_dir(&root.join("agents"), &registry).expect("agents/ loads");
+    assert!(agents.iter().any(|a| a.name() == "assistant"));
+    let counted = registry
+        .call(
+            "word_count",
+            &json!({"text": "to be or not to be"}),
+            awl::tools::CallContext {
+                run_id: awl::domain::ids::RunId::new(),
+                call_key: "example",
+                mask: &awl::vault::mask::NO_SECRETS,
+            },
+        )
+        .await
+        .expect("word_count runs");
+    assert_eq!(counted.output["json"], json!({"words": 6}));
+}
+
+async fn an_agent_is_asked_over_mcp_with_progress_for_each_phase(backend: Backend) {
+    use crate::support::server::{config, serve_with, token};
+    use awl::auth::Role;
+
+    let python = std::env::var("AWL_TEST_PYTHON").expect(
+        "AWL_TEST_PYTHON names the Python with the official MCP SDK (scripts/test sets it)",
+    );
+    let db = TestStore::new(backend).await;
+    let model = ScriptedServer::start([
+        Scripted::tool_calls(&[("word_count", r#"{"text": "a b c d"}"#)]),
+        Scripted::text("Four."),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_declarations(dir.path(), &model, "");
+    let path = dir.path().join("agents/counter.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("  max_retries: 2\n", "  max_retries: 2\n  stream: true\n");
+    std::fs::write(&path, text).unwrap();
+    let registry = Registry::load(
+        &dir.path().join("tools"),
+        Runners::new(RunnersConfig::default()),
+    )
+    .unwrap();
+    let mut config = config();
+    config.agents = load_dir(&dir.path().join("agents"), &registry).unwrap();
+    config.tools = Some(registry);
+    let operator = token(&db.store, "ops", Role::Operator).await;
+    let agent = token(&db.store, "py-agent", Role::Agent).await;
+    let server = serve_with(&db.store, config, system_clock()).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/ask_agent.py");
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(script)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp"))
+        .env("AWL_MCP_URL", format!("http://{}/mcp", server.addr))
+        .env("AWL_OPERATOR_TOKEN", &operator)
+        .env("AWL_AGENT_TOKEN", &agent)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = crate::support::within(120, "tests/mcp/ask_agent.py", cmd.output())
+        .await
+        .unwrap_or_else(|e| panic!("cannot run {python} {script}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("ask_agent.py: ok"),
+        "ask_agent.py failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+    server.shutdown().await.unwrap();
 }

@@ -149,7 +149,7 @@ async fn models_tool_calls_and_the_request_shape_the_server_received() {
         "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
     }}]);
     assert_eq!(requests[0]["tools"], tools);
-    assert!(requests[0].get("tool_choice").is_none(), "{}", requests[0]);
+    assert_eq!(requests[0]["tool_choice"], json!("auto"), "{}", requests[0]);
     assert_eq!(requests[0]["max_tokens"], json!(64));
     assert_eq!(requests[0]["temperature"], json!(0.0));
     assert_eq!(requests[1]["tools"], tools);

@@ -226,3 +226,13 @@ pub struct GateParams {
     #[serde(default)]
     pub comment: Option<String>,
 }
+
+/// Ask one of awl's own agents.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskAgentParams {
+    /// The agent's name.
+    pub agent: String,
+    /// The question or task.
+    pub prompt: String,
+}

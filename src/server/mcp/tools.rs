@@ -456,6 +456,19 @@ impl AwlMcp {
     }
 
     #[tool(
+        description = "Ask one of awl's own agents (see its definitions in GET /api/v1/agent-definitions): it plans tool calls with its model, runs them and answers (plan, execute, solve), every step recorded. Sends a progress notification for each phase and the reply's text as it streams, if the call has a progress token. Returns the answer, the plan, the tools used, timings and cost."
+    )]
+    async fn ask_agent(
+        &self,
+        Parameters(p): Parameters<AskAgentParams>,
+        ctx: Ctx,
+    ) -> Result<Json<crate::agents::SolveResult>, ToolError> {
+        let who = require(&ctx, Permission::Operate, "ask_agent")?;
+        let rx = operate::ask_agent(&self.app, &p.agent, &p.prompt, &who.name)?;
+        Ok(Json(self.solve_reporting_progress(rx, &ctx).await?))
+    }
+
+    #[tool(
         description = "Decide a gate of a run: approve (the run goes on) or reject with a comment saying why (its on_reject applies). Returns the run."
     )]
     async fn approve_gate(
@@ -476,6 +489,84 @@ impl AwlMcp {
 }
 
 impl AwlMcp {
+    /// The solve's updates until its result, each phase (and the reply's text as it
+    /// streams) sent as a progress notification when the call carries a progress
+    /// token. A cancelled call returns at once; the solve runs on to its end.
+    async fn solve_reporting_progress(
+        &self,
+        mut rx: tokio::sync::mpsc::UnboundedReceiver<operate::SolveUpdate>,
+        ctx: &Ctx,
+    ) -> Result<crate::agents::SolveResult, ToolError> {
+        use crate::domain::solve::SolveEvent;
+        let token = ctx.meta.get_progress_token();
+        let mut sent = 0u32;
+        loop {
+            let update = tokio::select! {
+                update = rx.recv() => update,
+                _ = ctx.ct.cancelled() => {
+                    return Err(ApiError::new(
+                        axum::http::StatusCode::CONFLICT,
+                        "cancelled",
+                        "the client cancelled the call (the solve goes on: read it with its id)",
+                    )
+                    .into());
+                }
+            };
+            let message = match update {
+                None => {
+                    return Err(ApiError::from(crate::agents::AgentError::Internal(
+                        "the solve's task ended without an answer".into(),
+                    ))
+                    .into());
+                }
+                Some(operate::SolveUpdate::Done(result)) => {
+                    return Ok(result.map_err(ApiError::from)?);
+                }
+                Some(operate::SolveUpdate::Token(text)) => text,
+                Some(operate::SolveUpdate::Event(event)) => match event {
+                    SolveEvent::Started { setup, .. } => {
+                        format!("started: {} on {}", setup.agent, setup.model)
+                    }
+                    SolveEvent::ModelReplied { reply, .. } => format!(
+                        "{} {}: {}",
+                        reply.phase.as_str(),
+                        reply.iteration,
+                        if reply.tool_calls.is_empty() {
+                            "answered".to_string()
+                        } else {
+                            reply
+                                .tool_calls
+                                .iter()
+                                .map(|c| c.tool.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        }
+                    ),
+                    SolveEvent::ToolFinished { result, .. } => format!(
+                        "execute: {} {} in {} ms",
+                        result.tool,
+                        if result.outcome.is_ok() {
+                            "ok"
+                        } else {
+                            "failed"
+                        },
+                        result.duration_ms
+                    ),
+                    SolveEvent::Finished { .. } => "finished".into(),
+                    SolveEvent::Failed { reason, .. } => format!("failed: {reason}"),
+                },
+            };
+            if let Some(token) = token.clone() {
+                sent += 1;
+                let note =
+                    ProgressNotificationParam::new(token, f64::from(sent)).with_message(message);
+                if let Err(e) = ctx.peer.notify_progress(note).await {
+                    tracing::debug!(error = %e, "could not send a progress notification");
+                }
+            }
+        }
+    }
+
     /// A token without Operate may start a run only of a learned workflow suggested to
     /// it (its scope's or shared), and only if it is an agent's: what an agent asked
     /// `suggest_workflow` for, it may then start.

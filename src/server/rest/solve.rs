@@ -16,14 +16,14 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde_json::json;
-use tokio::sync::mpsc;
 
-use crate::agents::{AgentError, Observer, SolveResult};
+use crate::agents::SolveResult;
 use crate::domain::ids::SolveId;
 use crate::domain::solve::SolveEvent;
 use crate::server::AppState;
 use crate::server::error::ApiError;
 use crate::server::extract::Body;
+use crate::server::operate::{self, SolveUpdate};
 use crate::server::wire::{AgentDefinitionView, SolveRequest, ToolView};
 
 use super::{Api, Who};
@@ -47,60 +47,20 @@ pub async fn show(State(app): State<AppState>, Path(id): Path<String>) -> Api<Js
     Ok(Json(app.agents.solve(id).await?))
 }
 
-/// What the solve's task tells the request.
-enum Update {
-    Event(SolveEvent),
-    Token(String),
-    Done(Result<SolveResult, AgentError>),
-}
-
-struct Forward(mpsc::UnboundedSender<Update>);
-
-impl Observer for Forward {
-    fn event(&mut self, event: &SolveEvent) {
-        let _ = self.0.send(Update::Event(event.clone()));
-    }
-    fn token(&mut self, text: &str) {
-        let _ = self.0.send(Update::Token(text.to_string()));
-    }
-}
-
 pub async fn solve(
     State(app): State<AppState>,
     who: Who,
     headers: HeaderMap,
     Body(req): Body<SolveRequest>,
 ) -> Result<Response, ApiError> {
-    // Refused before anything is recorded: an unknown agent, an empty prompt.
-    app.agents.get(&req.agent)?;
-    if req.prompt.trim().is_empty() {
-        return Err(ApiError::invalid("`prompt` is empty"));
-    }
     let streaming = req.stream
         || headers
             .get("accept")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|a| a.contains("text/event-stream"));
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let agents = app.agents.clone();
-    let by = who.name.clone();
-    let id = SolveId::new();
-    tokio::spawn(async move {
-        let mut forward = Forward(tx.clone());
-        let result = agents
-            .ask(id, &req.agent, &req.prompt, None, &by, &mut forward)
-            .await;
-        let _ = tx.send(Update::Done(result));
-    });
+    let mut rx = operate::ask_agent(&app, &req.agent, &req.prompt, &who.name)?;
     if !streaming {
-        while let Some(update) = rx.recv().await {
-            if let Update::Done(result) = update {
-                return Ok(Json(result?).into_response());
-            }
-        }
-        return Err(ApiError::from(AgentError::Internal(
-            "the solve's task ended without an answer".into(),
-        )));
+        return Ok(Json(operate::solve_result(&mut rx).await?).into_response());
     }
     let events = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|update| (update, rx))
@@ -111,10 +71,10 @@ pub async fn solve(
         .into_response())
 }
 
-fn sse_event(update: Update) -> Event {
+fn sse_event(update: SolveUpdate) -> Event {
     let (name, data) = match update {
-        Update::Token(text) => ("token", json!({ "text": text })),
-        Update::Event(event) => {
+        SolveUpdate::Token(text) => ("token", json!({ "text": text })),
+        SolveUpdate::Event(event) => {
             let name = match &event {
                 SolveEvent::Started { .. } => "started",
                 SolveEvent::ModelReplied { .. } => "model",
@@ -129,8 +89,10 @@ fn sse_event(update: Update) -> Event {
                 .unwrap_or_default();
             (name, inner)
         }
-        Update::Done(Ok(result)) => ("result", serde_json::to_value(&result).unwrap_or_default()),
-        Update::Done(Err(e)) => ("error", json!({ "message": e.to_string() })),
+        SolveUpdate::Done(Ok(result)) => {
+            ("result", serde_json::to_value(&result).unwrap_or_default())
+        }
+        SolveUpdate::Done(Err(e)) => ("error", json!({ "message": e.to_string() })),
     };
     Event::default()
         .event(name)
