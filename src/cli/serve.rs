@@ -106,7 +106,7 @@ pub async fn run(
     args: ServeArgs,
     declarations: &super::agents::Declarations,
 ) -> anyhow::Result<()> {
-    let registry = declarations.registry()?;
+    let registry = declarations.registry_with_mcp().await?;
     let agents = declarations.definitions(&registry)?;
     for dir in &args.workflows {
         register_dir(&store, dir).await?;

@@ -1,5 +1,5 @@
 //! Calling a tool: the arguments checked against its schema, then the work performed
-//! by the step runners under the tool's timeout.
+//! by the step runners (or, for an MCP tool, by its server) under the tool's timeout.
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use crate::engine::{Work, declared_tool};
 use crate::runners::{Attempt, Runners, StepFailure, StepSuccess};
 use crate::vault::Mask;
 
-use super::{Registry, Tool};
+use super::{Registry, Source, Tool};
 
 /// Who calls, for the runners: the run (or solve) it is done for, and a key that is
 /// the same when the same call is made again after a crash (`AWL_IDEMPOTENCY_KEY`).
@@ -30,13 +30,32 @@ const GRACE: Duration = Duration::from_secs(2);
 impl Registry {
     /// Call tool `name` with `arguments` (a JSON object). Unknown tools and
     /// arguments its schema refuses fail with class `validation`, saying what and
-    /// where, before anything runs.
+    /// where, before anything runs. An MCP tool is checked against, and called by,
+    /// its server's current listing.
     pub async fn call(
         &self,
         name: &str,
         arguments: &Value,
         ctx: CallContext<'_>,
     ) -> Result<StepSuccess, StepFailure> {
+        let server = match self.get(name) {
+            Some(Tool {
+                source: Source::Mcp { server },
+                ..
+            }) => self.servers.get(server),
+            Some(_) => None,
+            None => self.servers.listed_server_of(name),
+        };
+        if let Some(server) = server {
+            let tool = server.tool(name).await.ok_or_else(|| {
+                StepFailure::validation(format!(
+                    "tool `{name}` is no longer offered by MCP server `{}`",
+                    server.name()
+                ))
+            })?;
+            let inputs = check_arguments(&tool, arguments)?;
+            return server.call(&tool, inputs).await;
+        }
         let tool = self.get(name).ok_or_else(|| {
             StepFailure::validation(format!(
                 "unknown tool `{name}` (tools: {})",

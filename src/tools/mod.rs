@@ -9,15 +9,28 @@
 //! - **declared**: a `tools:` list in a YAML file of the tools directory, in the same
 //!   form as a workflow file's `tools:` (a `shell`, `http`, `database` or `notify`
 //!   body whose templates read the call's `inputs`), checked like a workflow file,
-//!   every problem at its line and column.
+//!   every problem at its line and column;
+//! - **MCP**: the tools of the external MCP servers an `mcp_servers:` list of those
+//!   files declares (`mcp.rs`), as `SERVER__TOOL`, with the description and input
+//!   schema the server lists. They join the registry when it is discovered
+//!   ([`Registry::discover`], [`Registry::load_with_mcp`]); [`Registry::load`] alone
+//!   starts no server.
+//!
+//! A `Registry` is a snapshot: [`Registry::get`] and [`Registry::list`] answer from
+//! the listings it was made with. A call of an MCP tool always goes by its server's
+//! current listing (asked for again once older than the server's `refresh_seconds`);
+//! [`Registry::current`] and [`Registry::refresh`] give a newer snapshot.
 //!
 //! A call is performed by the step runners, so it keeps their rules: values reach a
 //! process as argv or stdin, never shell text; output is capped; the timeout kills the
 //! process group; every failure has an error class (`validation` for arguments the
 //! schema refuses), which the agent runner hands back to the model and a workflow's
-//! recovery strategies act on.
+//! recovery strategies act on. An MCP tool is called through its server's session
+//! (one per server, kept open; a stdio server's process is killed when the last
+//! clone of the registry is dropped).
 
 mod call;
+mod mcp;
 mod schema;
 
 use std::collections::BTreeMap;
@@ -29,10 +42,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::runners::Runners;
-use crate::workflow::model::ToolDefinition;
+use crate::workflow::model::{McpServerSpec, ToolDefinition, ToolsFile};
 use crate::workflow::{Diagnostic, Diagnostics, check_tools};
 
 pub use call::CallContext;
+pub use mcp::{McpStartError, SEPARATOR};
 
 /// A call's timeout when its tool declares none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -42,7 +56,24 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Source {
     Builtin,
-    Declared { file: PathBuf },
+    Declared {
+        file: PathBuf,
+    },
+    /// Listed by the MCP server of that name.
+    Mcp {
+        server: String,
+    },
+}
+
+impl std::fmt::Display for Source {
+    /// `built-in`, `declared:FILE` or `mcp:SERVER`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Builtin => f.write_str("built-in"),
+            Source::Declared { file } => write!(f, "declared:{}", file.display()),
+            Source::Mcp { server } => write!(f, "mcp:{server}"),
+        }
+    }
 }
 
 /// One tool of the registry.
@@ -58,6 +89,9 @@ pub struct Tool {
     pub source: Source,
     #[serde(skip)]
     definition: Option<Arc<ToolDefinition>>,
+    /// An MCP tool's name on its server.
+    #[serde(skip)]
+    remote_name: Option<String>,
     #[serde(skip)]
     validator: Arc<jsonschema::Validator>,
 }
@@ -76,13 +110,17 @@ pub enum RegistryError {
     },
     #[error("{0}")]
     Invalid(Diagnostics),
+    /// MCP servers that could not be started or listed, each with why.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Mcp(Vec<McpStartError>),
 }
 
-/// Every tool, by name. Cheap to clone.
+/// Every tool, by name. Cheap to clone (clones share the MCP servers' sessions).
 #[derive(Debug, Clone)]
 pub struct Registry {
     tools: Arc<BTreeMap<String, Tool>>,
     runners: Runners,
+    servers: mcp::Servers,
 }
 
 impl Registry {
@@ -95,27 +133,47 @@ impl Registry {
         Self {
             tools: Arc::new(tools),
             runners,
+            servers: mcp::Servers::default(),
         }
     }
 
     /// The built-ins and every tool declared in the `*.yaml` / `*.yml` files of `dir`
     /// (files in name order; every problem of every file at once; a name declared
-    /// twice, or a built-in's name, is a problem at the second declaration).
+    /// twice, or a built-in's name, is a problem at the second declaration). The MCP
+    /// servers the files declare are checked and kept, but not started: their tools
+    /// join with [`Registry::discover`].
     pub fn load(dir: &Path, runners: Runners) -> Result<Self, RegistryError> {
         let mut registry = Self::builtins(runners);
         let files = yaml_files(dir)?;
         let mut problems = Vec::new();
         let mut tools = (*registry.tools).clone();
+        let mut servers: BTreeMap<String, (PathBuf, McpServerSpec)> = BTreeMap::new();
         for file in files {
             match read(&file) {
                 Ok(declared) => {
-                    for definition in declared {
+                    for definition in declared.tools {
                         let name = definition.header.name.clone();
                         if let Some(first) = tools.get(&name) {
                             problems.push(duplicate(&file, &name, &first.source));
                             continue;
                         }
                         tools.insert(name, schema::declared(&file, definition));
+                    }
+                    for server in declared.mcp_servers {
+                        if let Some((first, _)) = servers.get(&server.name) {
+                            problems.push(Diagnostic {
+                                file: file.clone(),
+                                position: Default::default(),
+                                field: "mcp_servers".into(),
+                                message: format!(
+                                    "MCP server `{}` is already declared in {}; choose another name",
+                                    server.name,
+                                    first.display()
+                                ),
+                            });
+                            continue;
+                        }
+                        servers.insert(server.name.clone(), (file.clone(), server));
                     }
                 }
                 Err(found) => problems.extend(found.0),
@@ -125,7 +183,90 @@ impl Registry {
             return Err(RegistryError::Invalid(Diagnostics(problems)));
         }
         registry.tools = Arc::new(tools);
+        registry.servers = mcp::Servers::new(servers.into_values());
         Ok(registry)
+    }
+
+    /// [`Registry::load`], then [`Registry::discover`]: the registry with the tools of
+    /// every MCP server the files declare.
+    pub async fn load_with_mcp(dir: &Path, runners: Runners) -> Result<Self, RegistryError> {
+        Self::load(dir, runners)?.discover().await
+    }
+
+    /// This registry with the tools of every MCP server its files declare: each
+    /// server started (a process for `command`, a session for `url`) unless it runs
+    /// already, and its tools listed unless its listing is fresh. A server that
+    /// cannot be started or listed is an error naming it (every such server at once).
+    pub async fn discover(&self) -> Result<Self, RegistryError> {
+        self.with_listings(mcp::Want::Fresh).await
+    }
+
+    /// This registry with every MCP server's tools listed again now, whatever their
+    /// age; a server whose session ended is started again.
+    pub async fn refresh(&self) -> Result<Self, RegistryError> {
+        self.with_listings(mcp::Want::Now).await
+    }
+
+    /// This registry with the listings older than their server's `refresh_seconds`
+    /// asked for again. A server that cannot be reached keeps its last listing (the
+    /// failure is logged; its calls fail on their own).
+    pub async fn current(&self) -> Self {
+        let listings = self.servers.listings(mcp::Want::Fresh).await;
+        let listings = listings
+            .into_iter()
+            .filter_map(|(server, listed)| match listed {
+                Ok(listing) => Some(listing),
+                Err(e) => {
+                    tracing::warn!(server, error = %e, "an MCP server's tools could not be listed again");
+                    self.servers.last_listing(&server)
+                }
+            })
+            .collect();
+        self.with(listings)
+    }
+
+    async fn with_listings(&self, want: mcp::Want) -> Result<Self, RegistryError> {
+        let mut listings = Vec::new();
+        let mut failed = Vec::new();
+        for (_, listed) in self.servers.listings(want).await {
+            match listed {
+                Ok(listing) => listings.push(listing),
+                Err(e) => failed.push(e),
+            }
+        }
+        if !failed.is_empty() {
+            return Err(RegistryError::Mcp(failed));
+        }
+        Ok(self.with(listings))
+    }
+
+    /// This registry's built-in and declared tools with `listings`' MCP tools (a
+    /// name taken already is left out, and logged).
+    fn with(&self, listings: Vec<Arc<mcp::Listing>>) -> Self {
+        let mut tools: BTreeMap<String, Tool> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| !matches!(t.source, Source::Mcp { .. }))
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        for listing in listings {
+            for (name, tool) in &listing.tools {
+                if let Some(first) = tools.get(name) {
+                    tracing::warn!(
+                        tool = %name,
+                        first = %first.source,
+                        "an MCP tool is left out: its name is taken"
+                    );
+                    continue;
+                }
+                tools.insert(name.clone(), tool.clone());
+            }
+        }
+        Self {
+            tools: Arc::new(tools),
+            runners: self.runners.clone(),
+            servers: self.servers.clone(),
+        }
     }
 
     /// Every tool, by name.
@@ -140,6 +281,11 @@ impl Registry {
     /// The names of every tool, for messages.
     pub fn names(&self) -> Vec<&str> {
         self.tools.keys().map(String::as_str).collect()
+    }
+
+    /// The names of the MCP servers the tools files declare.
+    pub fn mcp_servers(&self) -> Vec<&str> {
+        self.servers.names()
     }
 }
 
@@ -158,7 +304,7 @@ fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, RegistryError> {
     Ok(files)
 }
 
-fn read(file: &Path) -> Result<Vec<ToolDefinition>, Diagnostics> {
+fn read(file: &Path) -> Result<ToolsFile, Diagnostics> {
     let source = std::fs::read_to_string(file).map_err(|e| {
         Diagnostics(vec![Diagnostic {
             file: file.to_path_buf(),
@@ -174,6 +320,7 @@ fn duplicate(file: &Path, name: &str, first: &Source) -> Diagnostic {
     let where_first = match first {
         Source::Builtin => "a built-in tool".to_string(),
         Source::Declared { file } => format!("declared in {}", file.display()),
+        Source::Mcp { server } => format!("a tool of MCP server `{server}`"),
     };
     Diagnostic {
         file: file.to_path_buf(),

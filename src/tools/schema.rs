@@ -1,6 +1,6 @@
 //! The tools' input schemas: written out for the built-ins, derived from a declared
 //! tool's `inputs` (each input's type, description and default; `required` ones
-//! required; nothing undeclared).
+//! required; nothing undeclared), or as an MCP server lists them.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::domain::run::ErrorClass;
-use crate::workflow::model::{InputSpec, InputType, ToolDefinition};
+use crate::workflow::model::{InputSpec, InputType, McpServerSpec, ToolDefinition};
 
 use super::{DEFAULT_TIMEOUT, Source, Tool};
 
@@ -104,8 +104,39 @@ fn tool(
         cost_usd,
         source,
         definition,
+        remote_name: None,
         validator: Arc::new(validator),
     }
+}
+
+/// A tool listed by MCP server `server` (`spec`), registered as `name`, or why it
+/// cannot be (its input schema does not compile: the server's, not awl's).
+pub(super) fn mcp(
+    spec: &McpServerSpec,
+    name: String,
+    listed: &rmcp::model::Tool,
+) -> Result<Tool, String> {
+    let input_schema = Value::Object((*listed.input_schema).clone());
+    let validator = jsonschema::validator_for(&input_schema)
+        .map_err(|e| format!("its input schema does not compile: {e}"))?;
+    let description = listed
+        .description
+        .as_deref()
+        .or(listed.title.as_deref())
+        .unwrap_or_default();
+    Ok(Tool {
+        name,
+        description: description.to_string(),
+        input_schema,
+        timeout: Duration::from_secs(spec.timeout_seconds),
+        cost_usd: spec.cost_usd,
+        source: Source::Mcp {
+            server: spec.name.clone(),
+        },
+        definition: None,
+        remote_name: Some(listed.name.to_string()),
+        validator: Arc::new(validator),
+    })
 }
 
 fn object(properties: Value, required: &[&str]) -> Value {

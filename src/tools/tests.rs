@@ -170,4 +170,151 @@ fn bad_tools_files_say_what_and_where() {
     };
 }
 
+const SERVERS: &str = r#"
+mcp_servers:
+  - name: github
+    url: https://mcp.example.com/mcp
+    bearer_token_env: GITHUB_TOKEN
+    timeout_seconds: 30
+    cost_usd: 0.001
+    refresh_seconds: 60
+  - name: files
+    command: [npx, -y, "@modelcontextprotocol/server-filesystem", /tmp]
+    env_from: [FILES_ROOT]
+"#;
+
+#[test]
+fn mcp_servers_are_read_beside_or_instead_of_tools_and_start_nothing_when_loaded() {
+    let registry = registry_with(&[("servers.yaml", SERVERS), ("words.yaml", WORDS)]).unwrap();
+    assert_eq!(registry.mcp_servers(), vec!["files", "github"]);
+    assert!(registry.get("word_count").is_some());
+    assert!(
+        registry.names().iter().all(|n| !n.contains("__")),
+        "no MCP tool before discovery: {:?}",
+        registry.names()
+    );
+    let file = std::path::Path::new("servers.yaml");
+    let read = check_tools(file, SERVERS).unwrap();
+    assert!(read.tools.is_empty());
+    let github = &read.mcp_servers[0];
+    assert_eq!(github.url.as_deref(), Some("https://mcp.example.com/mcp"));
+    assert_eq!(github.bearer_token_env.as_deref(), Some("GITHUB_TOKEN"));
+    assert_eq!(
+        (
+            github.timeout_seconds,
+            github.cost_usd,
+            github.refresh_seconds
+        ),
+        (30, 0.001, 60)
+    );
+    let files = &read.mcp_servers[1];
+    assert_eq!(files.command[0], "npx");
+    assert_eq!(files.env_from, vec!["FILES_ROOT"]);
+    assert_eq!(
+        (files.timeout_seconds, files.cost_usd, files.refresh_seconds),
+        (60, 0.0, 300),
+        "the defaults"
+    );
+}
+
+#[test]
+fn bad_mcp_server_declarations_say_what_and_where() {
+    let cases = [
+        (
+            "mcp_servers:\n  - name: gh\n    url: https://x.example/mcp\n    bearer_token: T\n",
+            "4:5",
+            "unknown field `bearer_token` (did you mean `bearer_token_env`?)",
+        ),
+        (
+            "mcp_servers:\n  - name: my.server\n    command: [srv]\n",
+            "2:11",
+            "does not match the pattern",
+        ),
+        (
+            "mcp_servers:\n  - name: gh\n",
+            "2:5",
+            "needs `command` (a process speaking MCP on stdio) or `url`",
+        ),
+        (
+            "mcp_servers:\n  - name: gh\n    command: [srv]\n    url: https://x.example/mcp\n",
+            "4:5",
+            "not both",
+        ),
+        (
+            "mcp_servers:\n  - name: gh\n    url: https://x.example/mcp\n    env_from: [A]\n",
+            "4:5",
+            "`env_from` is for stdio servers",
+        ),
+        (
+            "mcp_servers:\n  - name: gh\n    command: [srv]\n    bearer_token_env: T\n",
+            "4:5",
+            "`bearer_token_env` is for HTTP servers",
+        ),
+        (
+            "mcp_servers:\n  - name: gh\n    url: http://mcp.example.com/mcp\n    bearer_token_env: T\n",
+            "3:10",
+            "a bearer token is sent over `https://` only",
+        ),
+        (
+            "mcp_servers:\n  - name: gh\n    url: ftp://x.example/mcp\n",
+            "3:10",
+            "does not match the pattern",
+        ),
+        (
+            "mcp_servers:\n  - name: gh\n    command: [srv]\n    env_from: [NOT-A-NAME]\n",
+            "4:16",
+            "does not match the pattern",
+        ),
+        ("mcp_servers:\n  - name: gh\n    command: []\n", "3:14", ""),
+        (
+            "mcp_servers:\n  - name: gh\n    command: [srv]\n    timeout_seconds: 0\n",
+            "4:22",
+            "",
+        ),
+        (
+            "mcp_servers:\n  - name: gh\n    command: [srv]\n  - name: gh\n    command: [srv2]\n",
+            "4:11",
+            "MCP server `gh` is declared twice in this file",
+        ),
+        (
+            "mcp_server:\n  - name: gh\n    command: [srv]\n",
+            "1:1",
+            "unknown field `mcp_server` (did you mean `mcp_servers`?)",
+        ),
+    ];
+    for (text, at, expected) in cases {
+        let Err(problems) = check_tools(std::path::Path::new("s.yaml"), text) else {
+            panic!("refused: {text}");
+        };
+        let shown = problems.to_string();
+        assert!(
+            shown.contains(&format!("s.yaml:{at}")) && shown.contains(expected),
+            "{text}\n-> {shown}"
+        );
+    }
+    // A bearer token in clear text to this machine is fine.
+    for url in [
+        "http://127.0.0.1:8080/mcp",
+        "http://localhost/mcp",
+        "http://[::1]:9/mcp",
+    ] {
+        let text = format!("mcp_servers:\n  - name: gh\n    url: {url}\n    bearer_token_env: T\n");
+        check_tools(std::path::Path::new("s.yaml"), &text).unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+}
+
+#[test]
+fn an_mcp_server_declared_in_two_files_is_refused_at_the_second() {
+    let one = "mcp_servers:\n  - name: gh\n    command: [srv]\n";
+    let Err(RegistryError::Invalid(problems)) = registry_with(&[("a.yaml", one), ("b.yaml", one)])
+    else {
+        panic!("refused");
+    };
+    let text = problems.to_string();
+    assert!(
+        text.contains("b.yaml") && text.contains("MCP server `gh` is already declared in"),
+        "{text}"
+    );
+}
+
 use crate::domain::run::ErrorClass;

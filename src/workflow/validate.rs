@@ -15,10 +15,12 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use jsonschema::error::ValidationErrorKind;
+use schemars::SchemaGenerator;
+use schemars::generate::SchemaSettings;
 use serde_json::Value;
 
 use super::diagnostics::{Diagnostic, Diagnostics, Reporter};
-use super::model::{StepKind, ToolDefinition, Workflow};
+use super::model::{StepKind, ToolsFile, Workflow};
 use super::schema::workflow_schema;
 use super::yaml::{self, SourceMap};
 use super::{builtin_tools, rules};
@@ -70,8 +72,9 @@ pub fn check(file: &Path, source: &str) -> Result<CheckedWorkflow, Diagnostics> 
 }
 
 /// Check a tools file (`tools/*.yaml`: a `tools:` list of tool declarations, as in a
-/// workflow file) and return its tools, or every problem, each where it is.
-pub fn check_tools(file: &Path, source: &str) -> Result<Vec<ToolDefinition>, Diagnostics> {
+/// workflow file, and an `mcp_servers:` list) and return what it declares, or every
+/// problem, each where it is.
+pub fn check_tools(file: &Path, source: &str) -> Result<ToolsFile, Diagnostics> {
     let (json, map) = yaml::parse(source).map_err(|e| {
         Diagnostics(vec![Diagnostic {
             file: file.to_path_buf(),
@@ -84,15 +87,12 @@ pub fn check_tools(file: &Path, source: &str) -> Result<Vec<ToolDefinition>, Dia
     schema_problems(tools_file(), &json, &mut report);
     if report.found.is_empty() {
         rules::check(&json, &builtin_tools(), file, &mut report);
+        mcp_server_rules(&json, &mut report);
     }
     if !report.found.is_empty() {
         return Err(Diagnostics(report.found).sorted());
     }
-    let tools = json
-        .get("tools")
-        .cloned()
-        .unwrap_or(Value::Array(Vec::new()));
-    serde_json::from_value::<Vec<ToolDefinition>>(tools).map_err(|e| {
+    serde_json::from_value::<ToolsFile>(json).map_err(|e| {
         Diagnostics(vec![Diagnostic {
             file: file.to_path_buf(),
             position: Default::default(),
@@ -100,6 +100,81 @@ pub fn check_tools(file: &Path, source: &str) -> Result<Vec<ToolDefinition>, Dia
             message: format!("the file passed validation but could not be read: {e}"),
         }])
     })
+}
+
+/// What the schema of `mcp_servers` cannot say: a server is either a process
+/// (`command`, `env_from`) or an HTTP endpoint (`url`, `bearer_token_env`); names are
+/// unique; a bearer token never travels in clear text beyond this machine.
+fn mcp_server_rules(json: &Value, report: &mut Reporter<'_>) {
+    let Some(Value::Array(servers)) = json.get("mcp_servers") else {
+        return;
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, server) in servers.iter().enumerate() {
+        let at = format!("/mcp_servers/{i}");
+        let has = |key: &str| server.get(key).is_some();
+        if let Some(name) = server.get("name").and_then(Value::as_str)
+            && !seen.insert(name.to_string())
+        {
+            report.at_value(
+                &format!("{at}/name"),
+                format!("MCP server `{name}` is declared twice in this file"),
+            );
+        }
+        match (has("command"), has("url")) {
+            (false, false) => report.at_value(
+                &at,
+                "an MCP server needs `command` (a process speaking MCP on stdio) or `url` \
+                 (a streamable HTTP endpoint)",
+            ),
+            (true, true) => report.at_key(
+                &format!("{at}/url"),
+                "give `command` (stdio) or `url` (streamable HTTP), not both",
+            ),
+            _ => {}
+        }
+        if has("env_from") && !has("command") {
+            report.at_key(
+                &format!("{at}/env_from"),
+                "`env_from` is for stdio servers (`command`); an HTTP server gets \
+                 `bearer_token_env`",
+            );
+        }
+        if has("bearer_token_env") && !has("url") {
+            report.at_key(
+                &format!("{at}/bearer_token_env"),
+                "`bearer_token_env` is for HTTP servers (`url`); a stdio server gets \
+                 `env_from`",
+            );
+        }
+        if has("bearer_token_env")
+            && let Some(url) = server.get("url").and_then(Value::as_str)
+            && url.starts_with("http://")
+            && !is_loopback(url)
+        {
+            report.at_value(
+                &format!("{at}/url"),
+                "a bearer token is sent over `https://` only (or to this machine: \
+                 localhost, 127.0.0.1, [::1])",
+            );
+        }
+    }
+}
+
+/// Whether an `http://` URL names this machine.
+fn is_loopback(url: &str) -> bool {
+    let rest = url.trim_start_matches("http://");
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    let host = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or_default()
+    } else {
+        host.split(':').next().unwrap_or_default()
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A JSON Schema that YAML files of one kind are checked against, compiled once.
@@ -170,21 +245,21 @@ fn workflow_file() -> &'static FileSchema {
     SCHEMA.get_or_init(|| FileSchema::new(workflow_schema()))
 }
 
-/// The schema of a tools file: the workflow schema's `tools` property alone (same
-/// path, so the messages and field suggestions are the same).
+/// The schema of a tools file, generated from [`ToolsFile`]. The definitions it
+/// shares with workflow files (a tool declaration and everything in it) are taken
+/// from the workflow schema as awl publishes it, so the messages and field
+/// suggestions are the same in both.
 fn tools_file() -> &'static FileSchema {
     static SCHEMA: OnceLock<FileSchema> = OnceLock::new();
     SCHEMA.get_or_init(|| {
         let workflow = workflow_schema();
-        let mut schema = serde_json::json!({
-            "type": "object",
-            "properties": {"tools": workflow.pointer("/properties/tools").cloned().unwrap_or_default()},
-            "required": ["tools"],
-            "additionalProperties": false,
-        });
-        for key in ["$defs", "$schema"] {
-            if let (Value::Object(root), Some(value)) = (&mut schema, workflow.get(key)) {
-                root.insert(key.into(), value.clone());
+        let generator = SchemaGenerator::new(SchemaSettings::draft2020_12());
+        let mut schema = generator.into_root_schema_for::<ToolsFile>().to_value();
+        if let (Some(Value::Object(defs)), Some(Value::Object(shared))) =
+            (schema.get_mut("$defs"), workflow.get("$defs"))
+        {
+            for (name, definition) in shared {
+                defs.insert(name.clone(), definition.clone());
             }
         }
         FileSchema::new(schema)

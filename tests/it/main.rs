@@ -7,7 +7,8 @@
 //! stores. `executor` checks the executor's guarantees (crash recovery, leases, inert
 //! inputs, back-off, cancellation, no lost wake-ups) with `awl worker` child processes
 //! on both stores. `mcp` drives the MCP endpoint with the official MCP Python SDK
-//! (`tests/mcp/*.py`, from the virtualenv `scripts/test` provides) and raw HTTP.
+//! (`tests/mcp/*.py`, from the virtualenv `scripts/test` provides) and raw HTTP;
+//! `mcp_tools` discovers and calls the tools of an MCP server written with that SDK.
 //! `control` pauses, resumes and cancels runs through the binary and the API.
 //! `golden` replays the recorded histories in `tests/golden/` through this build.
 //! Postgres is found through `AWL_TEST_DATABASE_URL` or `DATABASE_URL` (an admin
@@ -30,6 +31,7 @@ mod golden;
 mod hooks;
 mod learning;
 mod mcp;
+mod mcp_tools;
 mod models;
 mod observability;
 mod projections;
