@@ -4,7 +4,7 @@
 //!
 //! 1. The runner's own cost per phase: the time between one recorded phase and the
 //!    next (each model reply, each tool result, the answer), minus the time the model
-//!    call itself took as the client measured it (the raw loopback call to the
+//!    call's HTTP attempt took as the client measured it (the raw loopback call to the
 //!    scripted server is measured alone beside it). p50 / p99 over every phase.
 //! 2. 100 agent steps at once: 100 runs of a one-step workflow whose `agent` step only
 //!    a built-in agent may take (`runner: builtin`), started together on `awl serve`
@@ -37,20 +37,24 @@ mod openai;
 
 use openai::{Scripted, ScriptedServer};
 
-/// Stamps each recorded phase and the model calls' own time.
+/// Stamps each recorded phase, with the time of the model call it holds, if any.
 #[derive(Default)]
 struct Stamps {
-    at: Vec<(Instant, Option<u64>)>,
+    at: Vec<(Instant, Option<Duration>)>,
+    model: Option<Duration>,
 }
 
 impl Observer for Stamps {
+    fn model_called(&mut self, latency: Duration) {
+        self.model = Some(latency);
+    }
+
     fn event(&mut self, event: &SolveEvent) {
-        // The model call's own time, as recorded (whole ms): taken off its phase.
-        let model_us = match event {
-            SolveEvent::ModelReplied { reply, .. } => Some(reply.latency_ms * 1000),
+        let model = match event {
+            SolveEvent::ModelReplied { .. } => self.model.take(),
             _ => None,
         };
-        self.at.push((Instant::now(), model_us));
+        self.at.push((Instant::now(), model));
     }
 }
 
@@ -124,7 +128,8 @@ async fn phases(kind: &str, solves: usize) {
             let (from, _) = pair[0];
             let (to, model) = pair[1];
             let phase = to.duration_since(from).as_secs_f64() * 1e6;
-            own_us.push((phase - model.unwrap_or(0) as f64).max(0.0));
+            let model = model.map_or(0.0, |m| m.as_secs_f64() * 1e6);
+            own_us.push((phase - model).max(0.0));
         }
     }
     let elapsed = started.elapsed();
@@ -161,7 +166,7 @@ async fn phases(kind: &str, solves: usize) {
         solves as f64 / elapsed.as_secs_f64()
     );
     println!(
-        "(A model call's own time is recorded in whole ms and taken off its phase; the raw loopback call to the scripted server alone: p50 {:.2} ms, p99 {:.2} ms.)\n",
+        "(A model call's own time, as the client measured its HTTP attempt, is taken off its phase; the raw loopback call to the scripted server alone: p50 {:.2} ms, p99 {:.2} ms.)\n",
         support::percentile(&raw_us, 0.5) / 1000.0,
         support::percentile(&raw_us, 0.99) / 1000.0
     );

@@ -11,6 +11,9 @@
 //!   after it opened;
 //! - every task event is a legal transition from the state its stream had folded to
 //!   (`Task::permits`, the rules `decide` applies to the command behind it);
+//! - every solve event is the step its solve could take next (a model reply of the
+//!   expected iteration and phase, the result of a call the model asked for and not
+//!   yet recorded, one end), decided again from the solve folded so far;
 //! - every projection's tables equal a fold of the log up to its checkpoint
 //!   (`Projections::verify`, a scratch generation beside the live one; skipped with
 //!   `--log-only`).
@@ -25,8 +28,10 @@ use serde::Serialize;
 
 use cqrs_es::{Aggregate, DomainEvent};
 
+use crate::domain::Decide;
 use crate::domain::ids::GateId;
 use crate::domain::run::{Run, RunEvent};
+use crate::domain::solve::{Solve, SolveCommand, SolveEvent};
 use crate::domain::task::{Task, TaskEvent};
 use crate::log::{EventFilter, RecordedEvent, StreamType};
 use crate::projections::{ProjectionError, Projections};
@@ -66,6 +71,8 @@ pub struct Checker {
     runs: HashMap<String, RunSeen>,
     /// Per task: its state folded so far.
     tasks: HashMap<String, Task>,
+    /// Per solve: its state folded so far.
+    solves: HashMap<String, Solve>,
     findings: Vec<Finding>,
 }
 
@@ -90,7 +97,41 @@ impl Checker {
                 Ok(task_event) => self.check_task(event, task_event),
                 Err(e) => self.found(event, "undecodable", e.to_string()),
             },
+            StreamType::Solve => match domain_io::decode::<Solve>(event) {
+                Ok(solve_event) => self.check_solve(event, solve_event),
+                Err(e) => self.found(event, "undecodable", e.to_string()),
+            },
             _ => {}
+        }
+    }
+
+    /// The command behind a solve event, decided again on the solve as folded.
+    fn check_solve(&mut self, event: &RecordedEvent, solve_event: SolveEvent) {
+        let solve = self.solves.entry(event.stream.id.clone()).or_default();
+        let command = match solve_event.clone() {
+            SolveEvent::Started {
+                setup,
+                prompt,
+                task_id,
+                by,
+                at,
+            } => SolveCommand::Start {
+                setup,
+                prompt,
+                task_id,
+                by,
+                at,
+            },
+            SolveEvent::ModelReplied { reply, at } => SolveCommand::RecordReply { reply, at },
+            SolveEvent::ToolFinished { result, at } => SolveCommand::RecordTool { result, at },
+            SolveEvent::Finished { at, .. } => SolveCommand::Finish { at },
+            SolveEvent::Failed { class, reason, at } => SolveCommand::Fail { class, reason, at },
+        };
+        let refused = solve.decide(command).err();
+        solve.apply(solve_event.clone());
+        if let Some(e) = refused {
+            let message = format!("{}: {e}", solve_event.event_type());
+            self.found(event, "solve_step_illegal", message);
         }
     }
 

@@ -41,6 +41,9 @@ pub use result::{PlanStep, SolveResult};
 pub trait Observer {
     fn event(&mut self, _event: &SolveEvent) {}
     fn token(&mut self, _text: &str) {}
+    /// A model call's own time (the successful HTTP attempt), to the microsecond,
+    /// before its reply is recorded.
+    fn model_called(&mut self, _latency: std::time::Duration) {}
 }
 
 /// An observer that watches nothing.

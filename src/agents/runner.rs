@@ -113,6 +113,7 @@ impl Agents {
                 return self.fail(recorder, e.class(), reason, observer).await;
             }
         };
+        observer.model_called(completion.latency);
         let reply = completion.reply;
         let (tokens_in, tokens_out) = counted(&solve, &request, &reply);
         let cost_usd = agent

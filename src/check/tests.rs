@@ -142,3 +142,52 @@ fn a_task_event_out_of_turn_is_named_with_what_was_allowed() {
     assert!(findings[2].message.contains("only a task not yet queued"));
     assert_eq!(findings[0].stream, format!("task/{TASK}"));
 }
+
+const SOLVE: &str = "01a20e6b-8945-711b-9472-ef7063836899";
+
+fn solve_event(position: i64, version: i64, event_type: &str, payload: Value) -> RecordedEvent {
+    RecordedEvent {
+        stream: StreamRef::new(StreamType::Solve, SOLVE),
+        ..event(position, version, event_type, payload)
+    }
+}
+
+#[test]
+fn a_solve_step_out_of_turn_is_named() {
+    let started = json!({"agent": "a", "model": "m", "tools": ["echo"], "max_iterations": 2,
+        "prompt": "p", "by": "u", "at": at()});
+    let reply = |iteration: u32, calls: Value| {
+        json!({"iteration": iteration, "phase": "plan",
+        "model": "m", "tool_calls": calls, "tokens_in": 1, "tokens_out": 1, "cost_usd": 0.0,
+        "latency_ms": 1, "attempts": 1, "at": at()})
+    };
+    let call = json!([{"id": "c1", "tool": "echo", "arguments": "{}"}]);
+    let result = |id: &str| {
+        json!({"iteration": 1, "call_id": id, "tool": "echo",
+        "output": {}, "duration_ms": 1, "cost_usd": 0.0, "at": at()})
+    };
+    let events = [
+        solve_event(1, 1, "solve.started", started),
+        solve_event(2, 2, "solve.model_replied", reply(1, call.clone())),
+        // A second model call while c1 has no result.
+        solve_event(3, 3, "solve.model_replied", reply(2, json!([]))),
+        // A result of a call nobody asked for.
+        solve_event(4, 4, "solve.tool_finished", result("c9")),
+    ];
+    assert_eq!(
+        check(&events),
+        vec![("solve_step_illegal", 3), ("solve_step_illegal", 4)]
+    );
+    let clean = [
+        solve_event(
+            1,
+            1,
+            "solve.started",
+            json!({"agent": "a", "model": "m", "tools": [],
+            "max_iterations": 2, "prompt": "p", "by": "u", "at": at()}),
+        ),
+        solve_event(2, 2, "solve.model_replied", reply(1, call)),
+        solve_event(3, 3, "solve.tool_finished", result("c1")),
+    ];
+    assert_eq!(check(&clean), vec![]);
+}

@@ -157,7 +157,7 @@ async fn models_tool_calls_and_the_request_shape_the_server_received() {
     assert_eq!(
         requests[1]["messages"].as_array().expect("messages")[2..],
         [
-            json!({"role": "assistant", "content": null, "tool_calls": [
+            json!({"role": "assistant", "content": "", "tool_calls": [
                 {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": "{\"q\": \"rust\"}"}},
                 {"id": "call_2", "type": "function", "function": {"name": "search", "arguments": "{\"q\": "}},
             ]}),
