@@ -221,7 +221,7 @@ pub fn check(
 /// Read and check every `*.yaml` / `*.yml` file of `dir`: every problem of every file
 /// at once; two files naming the same agent is a problem at the second.
 pub fn load_dir(dir: &Path, registry: &Registry) -> Result<Vec<AgentDefinition>, Diagnostics> {
-    let entries = std::fs::read_dir(dir).map_err(|e| {
+    let files = crate::workflow::yaml_files_in(dir).map_err(|e| {
         Diagnostics(vec![Diagnostic {
             file: dir.to_path_buf(),
             position: Default::default(),
@@ -229,13 +229,6 @@ pub fn load_dir(dir: &Path, registry: &Registry) -> Result<Vec<AgentDefinition>,
             message: format!("cannot read the agents directory: {e}"),
         }])
     })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
-        })
-        .collect();
-    files.sort();
     let mut problems = Vec::new();
     let mut agents: Vec<AgentDefinition> = Vec::new();
     for path in files {

@@ -290,18 +290,10 @@ impl Registry {
 }
 
 fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, RegistryError> {
-    let entries = std::fs::read_dir(dir).map_err(|source| RegistryError::Directory {
+    crate::workflow::yaml_files_in(dir).map_err(|source| RegistryError::Directory {
         dir: dir.to_path_buf(),
         source,
-    })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
-        })
-        .collect();
-    files.sort();
-    Ok(files)
+    })
 }
 
 fn read(file: &Path) -> Result<ToolsFile, Diagnostics> {

@@ -53,6 +53,19 @@ pub fn step_pointers(json: &serde_json::Value) -> Vec<String> {
     rules::steps(json).into_iter().map(|s| s.pointer).collect()
 }
 
+/// The `*.yaml` and `*.yml` files of `dir` (not below it), in name order: the
+/// declarations of a tools or agents directory.
+pub fn yaml_files_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
 /// A workflow file read from disk and checked.
 #[derive(Debug, Clone)]
 pub struct LoadedWorkflow {

@@ -36,17 +36,7 @@ pub struct CheckedWorkflow {
 
 /// Check `source` (the text of `file`) and return the workflow, or every problem.
 pub fn check(file: &Path, source: &str) -> Result<CheckedWorkflow, Diagnostics> {
-    let (mut json, map) = match yaml::parse(source) {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            return Err(Diagnostics(vec![Diagnostic {
-                file: file.to_path_buf(),
-                position: e.position.unwrap_or_default(),
-                field: String::new(),
-                message: format!("not valid YAML: {}", e.message),
-            }]));
-        }
-    };
+    let (mut json, map) = parse_yaml(file, source)?;
     let mut report = Reporter::new(file, source, &map);
     schema_problems(workflow_file(), &json, &mut report);
     rules::check(&json, &builtin_tools(), file, &mut report);
@@ -75,14 +65,7 @@ pub fn check(file: &Path, source: &str) -> Result<CheckedWorkflow, Diagnostics> 
 /// workflow file, and an `mcp_servers:` list) and return what it declares, or every
 /// problem, each where it is.
 pub fn check_tools(file: &Path, source: &str) -> Result<ToolsFile, Diagnostics> {
-    let (json, map) = yaml::parse(source).map_err(|e| {
-        Diagnostics(vec![Diagnostic {
-            file: file.to_path_buf(),
-            position: e.position.unwrap_or_default(),
-            field: String::new(),
-            message: format!("not valid YAML: {}", e.message),
-        }])
-    })?;
+    let (json, map) = parse_yaml(file, source)?;
     let mut report = Reporter::new(file, source, &map);
     schema_problems(tools_file(), &json, &mut report);
     if report.found.is_empty() {
@@ -203,14 +186,7 @@ pub fn check_file<T: serde::de::DeserializeOwned>(
     source: &str,
     schema: &FileSchema,
 ) -> Result<(T, Value, SourceMap), Diagnostics> {
-    let (json, map) = yaml::parse(source).map_err(|e| {
-        Diagnostics(vec![Diagnostic {
-            file: file.to_path_buf(),
-            position: e.position.unwrap_or_default(),
-            field: String::new(),
-            message: format!("not valid YAML: {}", e.message),
-        }])
-    })?;
+    let (json, map) = parse_yaml(file, source)?;
     let mut report = Reporter::new(file, source, &map);
     schema_problems(schema, &json, &mut report);
     if !report.found.is_empty() {
@@ -238,6 +214,19 @@ pub fn problem_at(
     let mut report = Reporter::new(file, source, map);
     report.at_value(pointer, message);
     report.found.remove(0)
+}
+
+/// The YAML of `file` as JSON with the position of every value, or where it is not
+/// YAML.
+fn parse_yaml(file: &Path, source: &str) -> Result<(Value, SourceMap), Diagnostics> {
+    yaml::parse(source).map_err(|e| {
+        Diagnostics(vec![Diagnostic {
+            file: file.to_path_buf(),
+            position: e.position.unwrap_or_default(),
+            field: String::new(),
+            message: format!("not valid YAML: {}", e.message),
+        }])
+    })
 }
 
 fn workflow_file() -> &'static FileSchema {

@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use awl::agents::{Agents, Observer, SolveResult, Unobserved, load_dir};
+use awl::agents::{AgentDefinition, Agents, Observer, SolveResult, Unobserved, load_dir};
 use awl::clock::system_clock;
 use awl::domain::ids::SolveId;
 use awl::domain::run::ErrorClass;
@@ -56,22 +56,36 @@ tools:
 /// The agents of a temporary directory: one agent on `server`, with `extra` lines.
 fn agents(store: &EventStore, server: &ScriptedServer, extra: &str) -> Agents {
     let dir = tempfile::tempdir().unwrap();
-    write_declarations(dir.path(), server, extra);
-    let registry = Registry::load(
-        &dir.path().join("tools"),
-        Runners::new(RunnersConfig::default()),
-    )
-    .expect("the tools load");
-    let definitions = load_dir(&dir.path().join("agents"), &registry).expect("the agent loads");
+    let (registry, definitions) = declared(dir.path(), server, extra, "");
     Agents::new(store.clone(), definitions, registry, system_clock()).expect("agents")
 }
 
-pub fn write_declarations(dir: &Path, server: &ScriptedServer, extra: &str) {
+/// The tools and the agent `counter` on `server` written in `dir` (with `extra` lines
+/// in the agent's file and `model_extra` lines in its model section), loaded.
+fn declared(
+    dir: &Path,
+    server: &ScriptedServer,
+    extra: &str,
+    model_extra: &str,
+) -> (Registry, Vec<AgentDefinition>) {
+    write_declarations(dir, server, extra, model_extra);
+    reload(dir)
+}
+
+/// The tools and agents of `dir` loaded again (after a file changed).
+fn reload(dir: &Path) -> (Registry, Vec<AgentDefinition>) {
+    let registry = Registry::load(&dir.join("tools"), Runners::new(RunnersConfig::default()))
+        .expect("the tools load");
+    let definitions = load_dir(&dir.join("agents"), &registry).expect("the agent loads");
+    (registry, definitions)
+}
+
+fn write_declarations(dir: &Path, server: &ScriptedServer, extra: &str, model_extra: &str) {
     std::fs::create_dir_all(dir.join("tools")).unwrap();
     std::fs::create_dir_all(dir.join("agents")).unwrap();
     std::fs::write(dir.join("tools/text.yaml"), TOOLS).unwrap();
     let agent = format!(
-        "name: counter\ncapabilities: [text]\nmodel:\n  name: small\n  base_url: {}\n  max_retries: 2\n\
+        "name: counter\ncapabilities: [text]\nmodel:\n  name: small\n  base_url: {}\n  max_retries: 2\n{model_extra}\
          system_prompt: Count with the tools.\ntools: [word_count, slow_count, echo]\n{extra}",
         server.base_url()
     );
@@ -307,15 +321,8 @@ async fn a_streamed_reply_reaches_the_observer_as_it_comes(backend: Backend) {
         Scripted::text(answer),
     ])
     .await;
-    let agents = agents(&db.store, &server, "");
     let stream_dir = tempfile::tempdir().unwrap();
-    write_declarations(stream_dir.path(), &server, "");
-    let mut agent_file =
-        std::fs::read_to_string(stream_dir.path().join("agents/counter.yaml")).unwrap();
-    agent_file = agent_file.replace("  max_retries: 2\n", "  max_retries: 2\n  stream: true\n");
-    std::fs::write(stream_dir.path().join("agents/counter.yaml"), agent_file).unwrap();
-    let registry = agents.registry().clone();
-    let definitions = load_dir(&stream_dir.path().join("agents"), &registry).unwrap();
+    let (registry, definitions) = declared(stream_dir.path(), &server, "", "  stream: true\n");
     let streaming = Agents::new(db.store.clone(), definitions, registry, system_clock()).unwrap();
     let mut watcher = Watcher::default();
     let result = streaming
@@ -357,18 +364,8 @@ async fn a_budget_stops_the_solve_before_a_call_could_exceed_it(backend: Backend
     let server =
         ScriptedServer::always(Scripted::tool_calls(&[("echo", r#"{"message": 1}"#)])).await;
     let dir = tempfile::tempdir().unwrap();
-    write_declarations(dir.path(), &server, "budget_usd: 0.5\n");
     let path = dir.path().join("agents/counter.yaml");
-    let text = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("  max_retries: 2\n", &format!("  max_retries: 2\n{price}"));
-    std::fs::write(&path, text).unwrap();
-    let registry = Registry::load(
-        &dir.path().join("tools"),
-        Runners::new(RunnersConfig::default()),
-    )
-    .unwrap();
-    let definitions = load_dir(&dir.path().join("agents"), &registry).unwrap();
+    let (registry, definitions) = declared(dir.path(), &server, "budget_usd: 0.5\n", price);
     let agents = Agents::new(
         db.store.clone(),
         definitions,
@@ -392,7 +389,7 @@ async fn a_budget_stops_the_solve_before_a_call_could_exceed_it(backend: Backend
         .unwrap()
         .replace("budget_usd: 0.5", "budget_usd: 6\nmax_iterations: 10");
     std::fs::write(&path, text).unwrap();
-    let definitions = load_dir(&dir.path().join("agents"), &registry).unwrap();
+    let (registry, definitions) = reload(dir.path());
     let agents = Agents::new(db.store.clone(), definitions, registry, system_clock()).unwrap();
     let long = format!("Count: {}", "word ".repeat(800));
     let result = ask(&agents, &long).await;
@@ -512,18 +509,7 @@ async fn solves_over_http_whole_and_streamed_with_roles_and_bad_input(backend: B
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    write_declarations(dir.path(), &server, "");
-    let path = dir.path().join("agents/counter.yaml");
-    let text = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("  max_retries: 2\n", "  max_retries: 2\n  stream: true\n");
-    std::fs::write(&path, text).unwrap();
-    let registry = Registry::load(
-        &dir.path().join("tools"),
-        Runners::new(RunnersConfig::default()),
-    )
-    .unwrap();
-    let definitions = load_dir(&dir.path().join("agents"), &registry).unwrap();
+    let (registry, definitions) = declared(dir.path(), &server, "", "  stream: true\n");
     let tokens = tokens(&db.store, &["worker-1"]).await;
     let mut config = config();
     config.tools = Some(registry);
@@ -710,13 +696,7 @@ async fn a_builtin_agent_does_a_workflow_agent_step_and_only_the_tasks_it_may_ta
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    write_declarations(dir.path(), &model, "board: true\nconcurrency: 2\n");
-    let registry = Registry::load(
-        &dir.path().join("tools"),
-        Runners::new(RunnersConfig::default()),
-    )
-    .unwrap();
-    let definitions = load_dir(&dir.path().join("agents"), &registry).unwrap();
+    let (registry, definitions) = declared(dir.path(), &model, "board: true\nconcurrency: 2\n", "");
     let file = dir.path().join("count-words.awl.yaml");
     std::fs::write(&file, BUILTIN_WORKFLOW).unwrap();
     awl::definitions::register_file(&db.store, &file, "test", chrono::Utc::now())
@@ -874,19 +854,9 @@ async fn an_agent_is_asked_over_mcp_with_progress_for_each_phase(backend: Backen
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    write_declarations(dir.path(), &model, "");
-    let path = dir.path().join("agents/counter.yaml");
-    let text = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("  max_retries: 2\n", "  max_retries: 2\n  stream: true\n");
-    std::fs::write(&path, text).unwrap();
-    let registry = Registry::load(
-        &dir.path().join("tools"),
-        Runners::new(RunnersConfig::default()),
-    )
-    .unwrap();
+    let (registry, definitions) = declared(dir.path(), &model, "", "  stream: true\n");
     let mut config = config();
-    config.agents = load_dir(&dir.path().join("agents"), &registry).unwrap();
+    config.agents = definitions;
     config.tools = Some(registry);
     let operator = token(&db.store, "ops", Role::Operator).await;
     let agent = token(&db.store, "py-agent", Role::Agent).await;
