@@ -31,7 +31,7 @@ use cqrs_es::{Aggregate, DomainEvent};
 use crate::domain::Decide;
 use crate::domain::ids::GateId;
 use crate::domain::run::{Run, RunEvent};
-use crate::domain::solve::{Solve, SolveCommand, SolveEvent};
+use crate::domain::solve::{Solve, SolveEvent};
 use crate::domain::task::{Task, TaskEvent};
 use crate::log::{EventFilter, RecordedEvent, StreamType};
 use crate::projections::{ProjectionError, Projections};
@@ -108,25 +108,7 @@ impl Checker {
     /// The command behind a solve event, decided again on the solve as folded.
     fn check_solve(&mut self, event: &RecordedEvent, solve_event: SolveEvent) {
         let solve = self.solves.entry(event.stream.id.clone()).or_default();
-        let command = match solve_event.clone() {
-            SolveEvent::Started {
-                setup,
-                prompt,
-                task_id,
-                by,
-                at,
-            } => SolveCommand::Start {
-                setup,
-                prompt,
-                task_id,
-                by,
-                at,
-            },
-            SolveEvent::ModelReplied { reply, at } => SolveCommand::RecordReply { reply, at },
-            SolveEvent::ToolFinished { result, at } => SolveCommand::RecordTool { result, at },
-            SolveEvent::Finished { at, .. } => SolveCommand::Finish { at },
-            SolveEvent::Failed { class, reason, at } => SolveCommand::Fail { class, reason, at },
-        };
+        let command = solve_event.clone().command();
         let refused = solve.decide(command).err();
         solve.apply(solve_event.clone());
         if let Some(e) = refused {

@@ -7,6 +7,7 @@
 //!   upcasters), [`clock`] (where services read the time), [`error`] (every error's
 //!   kind and stable code), [`page`] (the one cursor format of listings);
 //! - [`vault`], pure: masking secrets and sealing personal data (crypto-shredding);
+//!   [`text`], pure: messages clipped to a size, errors told with their causes;
 //! - the language, pure: [`workflow`] (YAML files, their JSON Schema, every problem
 //!   with file, line and column) and [`expr`] (CEL conditions, templates);
 //! - the rules, pure: [`domain`] (the workflow, run, task and agent aggregates as
@@ -58,6 +59,7 @@ pub mod schedules;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod tools;
 pub mod vault;
 pub mod workflow;

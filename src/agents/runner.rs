@@ -329,7 +329,7 @@ fn tool_content(outcome: &ToolOutcome) -> String {
             json!({"error": {"class": e.class, "message": e.message}}).to_string()
         }
     };
-    crate::runners::clip(&text, TOOL_OUTPUT_BYTES)
+    crate::text::clip(&text, TOOL_OUTPUT_BYTES)
 }
 
 /// Check the budget covers the most the call could cost, lowering `max_tokens` to

@@ -2116,3 +2116,47 @@ fn a_history_recorded_before_starts_carried_their_call_still_replays() {
     let divergence = verify_history(&sim.def, &changed, &ReplayContext::default()).unwrap_err();
     assert_eq!(divergence.step, Some(sid("fetch")), "{divergence}");
 }
+
+#[test]
+fn a_declared_tool_s_timeout_applies_when_its_step_sets_none() {
+    const TIMED: &str = r#"
+name: timed
+version: "1.0.0"
+tools:
+  - name: slow
+    type: shell
+    timeout_seconds: 7
+    command: [sleep, "1"]
+steps:
+  - id: own
+    tool: slow
+  - id: set
+    tool: slow
+    timeout_seconds: 3
+"#;
+    let mut sim = Sim::start(TIMED, json!({}));
+    let first = sim.tick();
+    assert!(
+        matches!(
+            &first.effects[..],
+            [Effect::Perform {
+                timeout_ms: Some(7_000),
+                ..
+            }]
+        ),
+        "the tool's own: {:?}",
+        first.effects
+    );
+    let second = sim.succeed("own");
+    assert!(
+        matches!(
+            &second.effects[..],
+            [Effect::Perform {
+                timeout_ms: Some(3_000),
+                ..
+            }]
+        ),
+        "the step's wins: {:?}",
+        second.effects
+    );
+}

@@ -51,6 +51,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::domain::run::ErrorClass;
+use crate::text::{clip, error_chain};
 
 pub use price::{Price, known_price};
 
@@ -691,21 +692,6 @@ fn transport(e: reqwest::Error) -> ModelError {
     }
 }
 
-/// An error and its sources, `a: b: c`, without repeats.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
-}
-
 /// What an error body says: OpenAI's `{"error": {"message": ...}}`, else the text
 /// itself, else `fallback`; clipped.
 fn server_message(body: &[u8], fallback: &str) -> String {
@@ -732,18 +718,6 @@ fn error_message(error: &Value) -> String {
         },
         other => other.to_string(),
     }
-}
-
-/// Cut `text` to at most `max` bytes on a character boundary, saying so.
-fn clip(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes in all)", &text[..end], text.len())
 }
 
 // ---------------------------------------------------------------- the wire format

@@ -41,7 +41,8 @@ use crate::telemetry;
 use crate::workflow::model::{HttpMethod, HttpStep, NotifyStep};
 
 use super::shell::Captured;
-use super::{Attempt, RunnersConfig, StepFailure, StepSuccess, clip};
+use super::{Attempt, RunnersConfig, StepFailure, StepSuccess};
+use crate::text::{clip, error_chain};
 
 /// The cap on a webhook's answer (it is only kept for the record).
 const NOTIFY_RESPONSE_BYTES: u64 = 64 * 1024;
@@ -326,21 +327,6 @@ fn transport_failure(e: reqwest::Error, shown: &str) -> StepFailure {
     };
     let e = e.without_url();
     StepFailure::new(class, format!("{shown} {what}: {}", error_chain(&e)))
-}
-
-/// An error and its sources, `a: b: c`, without repeats.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// `@alice @bob message`.

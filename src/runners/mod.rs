@@ -308,17 +308,7 @@ impl Runners {
     }
 }
 
-/// Cut `text` to at most `max` bytes on a character boundary, saying so.
-pub(crate) fn clip(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes in all)", &text[..end], text.len())
-}
+pub(crate) use crate::text::clip;
 
 /// Standard base64 with padding (for binary column values).
 pub(crate) fn base64(bytes: &[u8]) -> String {
@@ -361,14 +351,6 @@ mod tests {
             assert_eq!(base64(input.as_bytes()), expected, "{input:?}");
         }
         assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
-    }
-
-    #[test]
-    fn clip_respects_char_boundaries() {
-        assert_eq!(clip("abc", 3), "abc");
-        assert_eq!(clip("abcdef", 3), "abc… (6 bytes in all)");
-        // 'é' is two bytes: cutting at 2 would split it.
-        assert_eq!(clip("aé", 2), "a… (3 bytes in all)");
     }
 
     #[test]

@@ -196,6 +196,32 @@ impl SolveEvent {
     }
 }
 
+impl SolveEvent {
+    /// The command whose decision records this event (what `awl check` decides again
+    /// to see that the event was a legal step).
+    pub fn command(self) -> SolveCommand {
+        match self {
+            Self::Started {
+                setup,
+                prompt,
+                task_id,
+                by,
+                at,
+            } => SolveCommand::Start {
+                setup,
+                prompt,
+                task_id,
+                by,
+                at,
+            },
+            Self::ModelReplied { reply, at } => SolveCommand::RecordReply { reply, at },
+            Self::ToolFinished { result, at } => SolveCommand::RecordTool { result, at },
+            Self::Finished { at, .. } => SolveCommand::Finish { at },
+            Self::Failed { class, reason, at } => SolveCommand::Fail { class, reason, at },
+        }
+    }
+}
+
 impl cqrs_es::DomainEvent for SolveEvent {
     fn event_type(&self) -> String {
         match self {
