@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use awl::agents::{Agents, Observer, load_dir};
 use awl::clock::system_clock;
 use awl::domain::ids::SolveId;
-use awl::domain::solve::SolveEvent;
+use awl::domain::solve::{Origin, SolveEvent};
 use awl::models::{ChatRequest, Message, ModelClient};
 use awl::runners::{Runners, RunnersConfig};
 use awl::tools::Registry;
@@ -117,7 +117,7 @@ async fn phases(kind: &str, solves: usize) {
                 SolveId::new(),
                 "bench",
                 "say a and b",
-                None,
+                Origin::default(),
                 "bench",
                 &mut stamps,
             )

@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::domain::Decide;
-use crate::domain::ids::{SolveId, TaskId};
-use crate::domain::solve::{Setup, Solve, SolveCommand, SolveError, SolveEvent};
+use crate::domain::ids::SolveId;
+use crate::domain::solve::{Origin, Setup, Solve, SolveCommand, SolveError, SolveEvent};
 use crate::error::{Classified, ErrorKind};
 use crate::log::{Metadata, StreamRef, StreamType};
 use crate::models::{ModelClient, ModelError};
@@ -171,7 +171,7 @@ impl Agents {
         id: SolveId,
         agent: &str,
         prompt: &str,
-        task_id: Option<TaskId>,
+        origin: Origin,
         by: &str,
         observer: &mut (dyn Observer + Send),
     ) -> Result<SolveResult, AgentError> {
@@ -194,7 +194,7 @@ impl Agents {
                 SolveCommand::Start {
                     setup,
                     prompt: prompt.to_string(),
-                    task_id,
+                    origin,
                     by: by.to_string(),
                     at,
                 },

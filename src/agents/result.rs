@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::domain::ids::{SolveId, TaskId};
+use crate::domain::ids::{RunId, SolveId, TaskId};
 use crate::domain::run::StepError;
 use crate::domain::solve::{Solve, Status, ToolOutcome};
 
@@ -41,6 +41,12 @@ pub struct SolveResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub task_id: Option<TaskId>,
+    /// The workflow whose run queued the task it worked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub run_id: Option<RunId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -90,7 +96,9 @@ impl SolveResult {
             tokens_in,
             tokens_out,
             cost_usd: solve.spent_usd(),
-            task_id: solve.task_id,
+            task_id: solve.origin.task_id,
+            workflow: solve.origin.workflow.clone(),
+            run_id: solve.origin.run_id,
             started_at: solve.started_at,
             ended_at: solve.ended_at,
         }

@@ -57,6 +57,9 @@ pub struct TaskView {
     /// The workflow run and step this task does, if a run queued it.
     pub run_id: Option<Uuid>,
     pub step_id: Option<String>,
+    /// The workflow of that run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
     /// The agent holding the task (or the last one, once it ended).
     pub assignee: Option<String>,
     pub ack_deadline: Option<DateTime<Utc>>,
@@ -141,6 +144,7 @@ impl TaskView {
             review_required: task.review_required(),
             run_id: run_step.map(|r| r.run_id.as_uuid()),
             step_id: run_step.map(|r| r.step_id.to_string()),
+            workflow: run_step.and_then(|r| r.workflow.clone()),
             assignee: task.assignee().map(|a| a.to_string()),
             ack_deadline: task.ack_deadline(),
             open_question: task.open_question().map(|q| QuestionView {

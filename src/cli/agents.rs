@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::agents::{AgentDefinition, Agents, Observer, SolveResult, Unobserved, load_dir};
 use crate::clock::system_clock;
 use crate::domain::ids::{RunId, SolveId};
-use crate::domain::solve::SolveEvent;
+use crate::domain::solve::{Origin, SolveEvent};
 use crate::store::EventStore;
 use crate::tools::{CallContext, Registry};
 use crate::vault::mask::NO_SECRETS;
@@ -226,7 +226,14 @@ pub async fn ask(store: EventStore, decl: &Declarations, args: AskArgs) -> anyho
         (Some(id), _, _) => agents.resume(id, &by, observer).await?,
         (None, Some(prompt), Some(agent)) => {
             agents
-                .ask(SolveId::new(), &agent, &prompt, None, &by, observer)
+                .ask(
+                    SolveId::new(),
+                    &agent,
+                    &prompt,
+                    Origin::default(),
+                    &by,
+                    observer,
+                )
                 .await?
         }
         (None, None, _) => bail!("give a prompt: awl ask \"...\" --agent NAME"),

@@ -126,6 +126,7 @@ impl Worker {
                         attempt,
                         before: None,
                         ref rate,
+                        cost_usd,
                         ..
                     } if perform::is_pure(work) && rate.is_empty() => {
                         let run_id = state.id().unwrap_or_default();
@@ -138,6 +139,8 @@ impl Worker {
                             timeout_ms: None,
                             trace: &h.parent,
                             mask: &h.protection.mask,
+                            tools: None,
+                            cost_usd,
                         };
                         let result = perform::perform(&self.runners, &call, work, None).await;
                         outcomes.push(StepOutcome {
@@ -371,6 +374,7 @@ fn queue_task(
             run_id: run.id().unwrap_or_default(),
             step_id: step_id.clone(),
             attempt: *attempt,
+            workflow: run.workflow().map(ToString::to_string),
         }),
         at: now,
     };

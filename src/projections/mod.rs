@@ -18,6 +18,7 @@ mod audit;
 mod board;
 mod fold;
 mod learning;
+mod model_use;
 mod proposals;
 pub mod queries;
 pub mod runner;
@@ -100,6 +101,7 @@ pub fn all() -> Vec<Arc<dyn Projection>> {
         Arc::new(audit::Audit),
         Arc::new(learning::Learning::from_env()),
         Arc::new(proposals::Proposals),
+        Arc::new(model_use::ModelUse),
     ]
 }
 

@@ -19,7 +19,8 @@ use uuid::Uuid;
 use crate::agents::{AgentError, Agents, SolveResult, Unobserved};
 use crate::board::views::TaskView;
 use crate::board::{Board, Caller, ToolCall};
-use crate::domain::ids::{AgentId, SolveId, TaskId};
+use crate::domain::ids::{AgentId, RunId, SolveId, TaskId};
+use crate::domain::solve::Origin;
 use crate::domain::workspace::Capabilities;
 
 /// Names the solves of board tasks.
@@ -107,7 +108,7 @@ impl Worker {
             return;
         }
         let by = Caller::Agent(self.agent_id.clone());
-        let outcome = match self.solve(task_id, &task.prompt).await {
+        let outcome = match self.solve(task_id, &task).await {
             Ok(result) => {
                 self.report_tools(task_id, &result).await;
                 if result.finished() {
@@ -140,7 +141,7 @@ impl Worker {
     }
 
     /// The task's solve: carried on if an earlier attempt started it, else asked.
-    async fn solve(&self, task_id: TaskId, prompt: &str) -> Result<SolveResult, AgentError> {
+    async fn solve(&self, task_id: TaskId, task: &TaskView) -> Result<SolveResult, AgentError> {
         let id = task_solve_id(task_id);
         let by = format!("agent:{}", self.agent_id);
         match self.agents.solve(id).await {
@@ -153,8 +154,12 @@ impl Worker {
                     .ask(
                         id,
                         self.agent_id.as_str(),
-                        prompt,
-                        Some(task_id),
+                        &task.prompt,
+                        Origin {
+                            task_id: Some(task_id),
+                            run_id: task.run_id.map(RunId::from_uuid),
+                            workflow: task.workflow.clone(),
+                        },
                         &by,
                         &mut Unobserved,
                     )

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::bulk::{BulkAction, BulkFilter};
 use crate::domain::ids::RunId;
+use crate::domain::solve::Origin;
 
 use super::AppState;
 use super::error::ApiError;
@@ -175,7 +176,7 @@ pub fn ask_agent(
         let mut forward = Forward(tx.clone());
         let id = crate::domain::ids::SolveId::new();
         let result = agents
-            .ask(id, &agent, &prompt, None, &by, &mut forward)
+            .ask(id, &agent, &prompt, Origin::default(), &by, &mut forward)
             .await;
         let _ = tx.send(SolveUpdate::Done(result));
     });

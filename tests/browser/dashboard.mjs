@@ -232,6 +232,22 @@ await step("the approved workflow is registered", () => page.waitForSelector(`#w
 await page.click("#tabs button[data-tab=analytics]");
 await step("analytics draws a chart", () => page.waitForSelector(".stat:has-text('browser-release') svg.chart rect", { timeout: 10000 }));
 await page.screenshot({ path: `${shots}/analytics.png`, fullPage: true });
+// Model use: awl's own agent `helper` asked a question while the Models tab is open; the
+// tab follows the model_use view and shows the call without a reload.
+await page.click("#tabs button[data-tab=models]");
+await step("the models tab starts empty", () => page.waitForSelector("#model-rows:has-text('no model calls yet')", { timeout: 10000 }));
+const answered = await api("POST", "/api/v1/solve", { agent: "helper", prompt: "Say hello." });
+if (answered.status !== "finished") fail("the solve did not finish: " + JSON.stringify(answered));
+await step("the model's use shows up live", async () => {
+  await page.waitForSelector(`#model-rows tr[data-key="tiny"] td.calls:has-text('1')`, { timeout: 10000 });
+  await page.waitForSelector(`#solve-rows tr[data-solve="${answered.solve_id}"]:has-text('helper'):has-text('FINISHED')`, { timeout: 10000 });
+});
+await page.selectOption("#model-group", "agent");
+await step("model use per agent", () => page.waitForSelector(`#model-rows tr[data-key="helper"]`, { timeout: 10000 }));
+await page.selectOption("#model-group", "workflow");
+await step("model use per workflow", () => page.waitForSelector(`#model-rows tr[data-key=""]:has-text('asked directly')`, { timeout: 10000 }));
+await page.screenshot({ path: `${shots}/models.png`, fullPage: true });
+
 await page.click("#tabs button[data-tab=agents]");
 await step("the agents tab renders", () => page.waitForSelector("#agent-rows tr", { timeout: 10000 }));
 

@@ -3,7 +3,7 @@
 //! playwright-core: the token prompt, the board and a run's timeline changing without
 //! a reload, a gate approved by a click, the run finishing; tool sequences an agent of
 //! the operator's team repeats, proposed by the server's learner and decided on the
-//! Learned tab. Screenshots go to `target/screenshots/<store>/`.
+//! Learned tab; model use of awl's own agent shown live on the Models tab. Screenshots go to `target/screenshots/<store>/`.
 //!
 //! `scripts/test` installs Chromium and playwright-core and names them in
 //! `AWL_TEST_CHROMIUM`; without it this test fails (it does not skip).
@@ -11,6 +11,7 @@
 use std::process::Stdio;
 
 use crate::support::cli::Awl;
+use crate::support::openai::{Scripted, ScriptedServer};
 use crate::support::server::{Api, free_port};
 use crate::support::{Backend, TestStore, on_both_stores, within};
 
@@ -65,6 +66,19 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let workflows = dir.path().to_string_lossy().to_string();
+    // awl's own agent `helper`, on a scripted model server.
+    let model = ScriptedServer::always(Scripted::text("Hello from the model.")).await;
+    let agents_dir = dir.path().join("agents");
+    std::fs::create_dir_all(&agents_dir).unwrap();
+    std::fs::write(
+        agents_dir.join("helper.yaml"),
+        format!(
+            "name: helper\ncapabilities: [text]\nmodel:\n  name: tiny\n  base_url: {}\n  \
+             price: {{input_per_million: 1000, output_per_million: 1000}}\nsystem_prompt: Be brief.\n",
+            model.base_url()
+        ),
+    )
+    .unwrap();
     let mut serve = awl
         .command(&[
             "serve",
@@ -75,6 +89,7 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
             "--learn-every",
             "1",
         ])
+        .env("AWL_AGENTS_DIR", &agents_dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -108,4 +123,10 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
     );
     assert!(std::path::Path::new(&format!("{shots}/run-finished.png")).exists());
     assert!(std::path::Path::new(&format!("{shots}/learned-decided.png")).exists());
+    assert!(std::path::Path::new(&format!("{shots}/models.png")).exists());
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "one model call, asked from the API"
+    );
 }

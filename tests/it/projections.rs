@@ -570,7 +570,15 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
         .collect();
     assert_eq!(
         names,
-        ["board", "runs", "agents", "audit", "learning", "proposals"]
+        [
+            "board",
+            "runs",
+            "agents",
+            "audit",
+            "learning",
+            "proposals",
+            "model_use"
+        ]
     );
     server.shutdown().await.unwrap();
 }

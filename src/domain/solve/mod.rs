@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::domain::Decide;
-use crate::domain::ids::{SolveId, TaskId};
+use crate::domain::ids::{RunId, SolveId, TaskId};
 use crate::domain::run::{ErrorClass, StepError};
 
 #[cfg(test)]
@@ -129,6 +129,31 @@ pub struct Setup {
     pub budget_usd: Option<f64>,
 }
 
+/// What a solve works for: a board task (and the run step behind it), when it works
+/// one, so model use is counted per workflow. Absent for a question asked directly.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// The board task this solve works.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<TaskId>,
+    /// The run whose agent step queued that task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+    /// That run's workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+}
+
+impl Origin {
+    /// A solve that works board task `task_id`.
+    pub fn task(task_id: TaskId) -> Self {
+        Self {
+            task_id: Some(task_id),
+            ..Self::default()
+        }
+    }
+}
+
 /// Where the time of a finished solve went.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timings {
@@ -149,9 +174,9 @@ pub enum SolveEvent {
         #[serde(flatten)]
         setup: Setup,
         prompt: String,
-        /// The board task this solve works, when it works one.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        task_id: Option<TaskId>,
+        /// What the solve works for (a board task, a run's step), when it does.
+        #[serde(flatten)]
+        origin: Origin,
         by: String,
         at: DateTime<Utc>,
     },
@@ -204,13 +229,13 @@ impl SolveEvent {
             Self::Started {
                 setup,
                 prompt,
-                task_id,
+                origin,
                 by,
                 at,
             } => SolveCommand::Start {
                 setup,
                 prompt,
-                task_id,
+                origin,
                 by,
                 at,
             },
@@ -244,7 +269,7 @@ pub enum SolveCommand {
     Start {
         setup: Setup,
         prompt: String,
-        task_id: Option<TaskId>,
+        origin: Origin,
         by: String,
         at: DateTime<Utc>,
     },
@@ -349,7 +374,7 @@ impl Turn {
 pub struct Solve {
     pub setup: Option<Setup>,
     pub prompt: String,
-    pub task_id: Option<TaskId>,
+    pub origin: Origin,
     pub by: String,
     pub started_at: Option<DateTime<Utc>>,
     pub turns: Vec<Turn>,
@@ -462,13 +487,13 @@ impl Solve {
             SolveEvent::Started {
                 setup,
                 prompt,
-                task_id,
+                origin,
                 by,
                 at,
             } => {
                 self.setup = Some(setup);
                 self.prompt = prompt;
-                self.task_id = task_id;
+                self.origin = origin;
                 self.by = by;
                 self.started_at = Some(at);
                 self.status = Status::Running;
@@ -550,7 +575,7 @@ impl Decide for Solve {
             SolveCommand::Start {
                 setup,
                 prompt,
-                task_id,
+                origin,
                 by,
                 at,
             } => {
@@ -568,7 +593,7 @@ impl Decide for Solve {
                 Ok(vec![SolveEvent::Started {
                     setup,
                     prompt,
-                    task_id,
+                    origin,
                     by,
                     at,
                 }])

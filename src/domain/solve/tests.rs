@@ -43,7 +43,7 @@ fn started(max_iterations: u32) -> SolveEvent {
     SolveEvent::Started {
         setup: setup(max_iterations, Some(0.10)),
         prompt: "How many words?".into(),
-        task_id: None,
+        origin: Origin::default(),
         by: "user:ada".into(),
         at: t(0),
     }
@@ -224,7 +224,7 @@ fn no_iterations_means_one_solve_phase() {
     let solve = fold(vec![SolveEvent::Started {
         setup: setup(0, None),
         prompt: "x".into(),
-        task_id: None,
+        origin: Origin::default(),
         by: "u".into(),
         at: t(0),
     }]);
@@ -261,7 +261,7 @@ fn commands_out_of_turn_are_refused() {
             SolveCommand::Start {
                 setup: setup(2, None),
                 prompt: "again".into(),
-                task_id: None,
+                origin: Origin::default(),
                 by: "u".into(),
                 at: t(1),
             },
@@ -276,7 +276,7 @@ fn commands_out_of_turn_are_refused() {
                     ..setup(2, None)
                 },
                 prompt: "x".into(),
-                task_id: None,
+                origin: Origin::default(),
                 by: "u".into(),
                 at: t(0),
             },
@@ -288,7 +288,7 @@ fn commands_out_of_turn_are_refused() {
             SolveCommand::Start {
                 setup: setup(2, Some(-1.0)),
                 prompt: "x".into(),
-                task_id: None,
+                origin: Origin::default(),
                 by: "u".into(),
                 at: t(0),
             },

@@ -200,6 +200,9 @@ pub struct RunStepRef {
     pub run_id: RunId,
     pub step_id: StepId,
     pub attempt: u32,
+    /// The run's workflow (absent in tasks queued before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
 }
 
 /// Why a task went back to the queue.

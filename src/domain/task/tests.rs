@@ -75,6 +75,7 @@ fn run_step() -> RunStepRef {
         run_id: RunId::from_uuid(Uuid::from_u128(0x99)),
         step_id: StepId::try_from("implement").unwrap(),
         attempt: 1,
+        workflow: Some("release".into()),
     }
 }
 fn result() -> Value {
@@ -1374,10 +1375,21 @@ fn a_queued_payload_reads_as_documented() {
             "agent_hint": "agent-1",
             "priority": 5,
             "review_required": true,
-            "run_step": {"run_id": run_step().run_id.to_string(), "step_id": "implement", "attempt": 1},
+            "run_step": {"run_id": run_step().run_id.to_string(), "step_id": "implement", "attempt": 1, "workflow": "release"},
             "at": "2025-01-01T12:00:00Z",
         }})
     );
+    // A task queued before the workflow was recorded reads as it did.
+    let mut older = value.clone();
+    older["task.queued"]["run_step"]
+        .as_object_mut()
+        .unwrap()
+        .remove("workflow");
+    let read: TaskEvent = serde_json::from_value(older).unwrap();
+    let TaskEvent::Queued { run_step, .. } = read else {
+        panic!("a queued event");
+    };
+    assert_eq!(run_step.unwrap().workflow, None);
     let value = serde_json::to_value(completed(by_agent(a1()), t(0))).unwrap();
     assert_eq!(value["task.completed"]["by"], json!({"agent": "agent-1"}));
     let value = serde_json::to_value(requeued(RequeueReason::AckTimeout, a1(), t(0))).unwrap();

@@ -181,7 +181,7 @@ pub async fn workflow_stats(
 
 /// The `q` quantile of a duration histogram (bucket -> count), as the bucket's upper
 /// bound in milliseconds.
-fn percentile_of(histogram: &BTreeMap<i64, i64>, q: f64) -> Option<i64> {
+pub(super) fn percentile_of(histogram: &BTreeMap<i64, i64>, q: f64) -> Option<i64> {
     let total: i64 = histogram.values().sum();
     if total == 0 {
         return None;

@@ -11,6 +11,7 @@ mod agents;
 mod analytics;
 mod audit;
 mod board;
+mod models;
 mod runs;
 
 use chrono::{DateTime, Utc};
@@ -30,6 +31,10 @@ pub use audit::{AuditFilter, AuditRow, audit};
 pub use board::{
     BoardFilter, BoardRow, BoardSnapshot, EndedFilter, StoredState, board, board_snapshot,
     column_counts, ended_tasks,
+};
+pub use models::{
+    ModelGroup, ModelUseDay, ModelUseFilter, ModelUseStats, SolveFilter, SolveRow, model_use,
+    solves,
 };
 pub use runs::{
     GateRow, InboxFilter, RunFilter, RunRow, StepRow, Timeline, gate_run, inbox, run_states, runs,

@@ -399,6 +399,30 @@ function dayChart(days) {
   return `<svg class="chart" viewBox="0 0 ${width} ${height}" height="${height}">${out}</svg>`;
 }
 
+// ---- model use of awl's own agents -------------------------------------------------------------
+
+async function loadModels() {
+  const by = $("model-group").value;
+  const [use, solves] = await Promise.all([
+    api("/api/v1/views/analytics/models?by=" + by), api("/api/v1/views/solves?limit=50"),
+  ]);
+  $("model-key").textContent = by;
+  const usd = (v) => "$" + (v < 0.01 && v > 0 ? v.toFixed(5) : v.toFixed(2));
+  $("model-rows").innerHTML = use.map((u) => `
+    <tr data-key="${esc(u.key)}"><td>${u.key ? esc(u.key) : `<span class="meta">asked directly</span>`}</td><td>${u.solves}</td><td>${u.failed}</td>
+    <td class="calls">${u.calls}</td><td>${u.retries}</td><td>${u.tokens_in}</td><td>${u.tokens_out}</td><td>${usd(u.cost_usd)}</td>
+    <td>${ms(u.p50_latency_ms)}</td><td>${ms(u.p95_latency_ms)}</td><td>${ms(u.max_latency_ms)}</td>
+    <td>${u.by_day.map((d) => `<span title="${esc(d.day)}: ${d.tokens_in + d.tokens_out} tokens, ${usd(d.cost_usd)}">${esc(d.day.slice(5))}: ${d.calls}</span>`).join(", ")}</td></tr>`).join("")
+    || `<tr><td colspan="12" class="empty">no model calls yet</td></tr>`;
+  $("solve-rows").innerHTML = solves.rows.map((s) => `
+    <tr data-solve="${esc(s.solve_id)}"><td title="${esc(when(s.started_at))}">${ago(s.started_at)} ago</td><td>${esc(s.agent)}</td><td>${esc(s.model)}</td>
+    <td>${esc(s.workflow)}</td><td>${status(s.status.toUpperCase())}</td><td>${s.model_calls}</td><td>${s.tool_calls}</td>
+    <td>${s.tokens_in + s.tokens_out}</td><td>${usd(s.cost_usd)}</td><td>${ms(s.total_ms)}</td></tr>`).join("")
+    || `<tr><td colspan="10" class="empty">no solves yet</td></tr>`;
+}
+
+$("model-group").addEventListener("change", () => refresh("models"));
+
 async function loadAgents() {
   const agents = await api("/api/v1/views/agents");
   $("agent-rows").innerHTML = agents.map((a) => `
@@ -469,11 +493,12 @@ async function decideProposal(id, how, body) {
 
 $("proposal-status").addEventListener("change", () => refresh("learned"));
 
-const LOADERS = { board: loadBoard, runs: loadRuns, workflows: loadWorkflows, inbox: loadInbox, analytics: loadAnalytics, agents: loadAgents, learned: loadLearned };
-// Which view streams each tab listens to.
-// Four streams at most: a browser keeps only six connections to one server (two stay
-// free for requests).
-const STREAMS = { board: ["board"], runs: ["runs"], workflows: ["runs", "learned"], inbox: ["runs"], analytics: ["runs", "board"], agents: ["agents", "board"], learned: ["learned", "runs"] };
+const LOADERS = { board: loadBoard, runs: loadRuns, workflows: loadWorkflows, inbox: loadInbox, analytics: loadAnalytics, models: loadModels, agents: loadAgents, learned: loadLearned };
+// Which view streams each tab listens to. The inbox and learned badges always follow
+// theirs; the rest follow the open tab only, so at most four streams are open: a browser
+// keeps only six connections to one server (two stay free for requests).
+const STREAMS = { board: ["board"], runs: ["runs"], workflows: ["runs", "learned"], inbox: ["runs"], analytics: ["runs", "board"], models: ["models"], agents: ["agents", "board"], learned: ["learned", "runs"] };
+const ALWAYS = ["runs", "learned"];
 
 async function refresh(tab) {
   try {
@@ -492,13 +517,32 @@ function soon(tab) {
   pending[tab] = setTimeout(() => { if (tab === current || tab === "inbox" || tab === "learned") refresh(tab); }, 120);
 }
 
-async function follow(view, onChange) {
+// The streams open now, each with the controller that closes it.
+const following = {};
+
+// Follow the streams the open tab and the badges need; close the others.
+function followFor(tab) {
+  const wanted = new Set([...ALWAYS, ...STREAMS[tab]]);
+  for (const [view, controller] of Object.entries(following)) {
+    if (!wanted.has(view)) { controller.abort(); delete following[view]; }
+  }
+  for (const view of wanted) {
+    if (following[view]) continue;
+    const controller = new AbortController();
+    following[view] = controller;
+    follow(view, controller.signal, () => {
+      for (const [t, streams] of Object.entries(STREAMS)) if (streams.includes(view)) soon(t);
+    });
+  }
+}
+
+async function follow(view, signal, onChange) {
   let last = null;
-  for (;;) {
+  while (!signal.aborted) {
     try {
       const h = headers({ "accept": "text/event-stream" });
       if (last) h["last-event-id"] = last;
-      const response = await fetch(`/api/v1/views/${view}/stream`, { headers: h });
+      const response = await fetch(`/api/v1/views/${view}/stream`, { headers: h, signal });
       if (response.status === 401) { askToken(); return; }
       $("live").classList.add("on");
       const reader = response.body.getReader();
@@ -517,6 +561,7 @@ async function follow(view, onChange) {
         }
       }
     } catch (e) {
+      if (signal.aborted) return;
       console.warn("stream", view, e);
     }
     $("live").classList.remove("on");
@@ -531,6 +576,7 @@ function show(tab) {
   for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === tab);
   for (const s of document.querySelectorAll(".tab")) s.classList.toggle("active", s.id === tab);
   location.hash = tab;
+  if (started) followFor(tab);
   refresh(tab);
 }
 
@@ -551,12 +597,6 @@ async function start() {
   show(wanted in LOADERS ? wanted : "board");
   refresh("inbox");
   refresh("learned");
-  const views = new Set(Object.values(STREAMS).flat());
-  for (const view of views) {
-    follow(view, () => {
-      for (const [tab, streams] of Object.entries(STREAMS)) if (streams.includes(view)) soon(tab);
-    });
-  }
   // Ages ("3m") go stale without events: redraw the current tab now and then.
   setInterval(() => refresh(current), 30000);
 }

@@ -132,6 +132,7 @@ fn view_source(view: &str) -> Option<(&'static str, Vec<StreamType>)> {
         "agents" => ("agents", vec![StreamType::Agent, StreamType::Task]),
         "audit" => ("audit", Vec::new()),
         "learned" => ("proposals", vec![StreamType::Workflow]),
+        "models" => ("model_use", vec![StreamType::Solve]),
         _ => return None,
     })
 }
@@ -148,7 +149,7 @@ pub async fn view_stream(
         ApiError::not_found(
             "no_view",
             format!(
-                "no view {view:?}: board, runs, inbox, timeline, analytics, agents, audit or \
+                "no view {view:?}: board, runs, inbox, timeline, analytics, models, agents, audit or \
                  learned"
             ),
         )

@@ -23,6 +23,8 @@ pub struct ViewParams {
     agent: Option<String>,
     workflow: Option<String>,
     actor: Option<String>,
+    model: Option<String>,
+    by: Option<ModelGroup>,
     since: Option<String>,
     until: Option<String>,
     after: Option<String>,
@@ -165,6 +167,39 @@ pub async fn step_analytics(
     Ok(Json(
         queries::step_stats(app.board.store(), p.workflow.as_deref()).await?,
     ))
+}
+
+/// Model use of awl's own agents per model, agent or workflow (`by`).
+pub async fn model_analytics(
+    State(app): State<AppState>,
+    Params(p): Params<ViewParams>,
+) -> Api<Json<Vec<ModelUseStats>>> {
+    let filter = ModelUseFilter {
+        by: p.by.unwrap_or_default(),
+        model: p.model.clone(),
+        agent: p.agent.clone(),
+        workflow: p.workflow.clone(),
+        since: p.since()?,
+        until: p.until()?,
+    };
+    Ok(Json(queries::model_use(app.board.store(), &filter).await?))
+}
+
+/// awl's own agents' solves, newest first.
+pub async fn solves(
+    State(app): State<AppState>,
+    Params(p): Params<ViewParams>,
+) -> Api<Json<Page<SolveRow>>> {
+    let filter = SolveFilter {
+        statuses: p.statuses().iter().map(|s| s.to_lowercase()).collect(),
+        agent: p.agent.clone(),
+        model: p.model.clone(),
+        workflow: p.workflow.clone(),
+        after: p.after()?,
+        limit: p.limit(),
+        ..SolveFilter::default()
+    };
+    Ok(Json(queries::solves(app.board.store(), &filter).await?))
 }
 
 pub async fn agent_analytics(State(app): State<AppState>) -> Api<Json<Vec<AgentStats>>> {
