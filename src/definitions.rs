@@ -6,6 +6,15 @@
 //! `name@version` references to the registered child at registration. Nothing else
 //! about the file's place goes into the definition, so the same file registered from
 //! two checkouts is the same version (shell steps run in the worker's directory).
+//!
+//! Tools of the tools directory a file names ([`KnownTools::declared`]) are copied
+//! into the registered definition's `tools:` at registration, as if the file declared
+//! them: a run performs the version's copy, so it replays the same (and does the
+//! same) whatever the directory holds later, and a changed directory tool is a
+//! change of content (registering the same version again with it is refused: the
+//! version is bumped, as for a change of the file). A tool the file declares itself
+//! wins over a directory tool of the same name. MCP tools are not copied: they are
+//! called by name through the registry when a step runs.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -26,7 +35,7 @@ use crate::log::{Metadata, StreamRef, StreamType};
 use crate::store::command::{Command, CommandError};
 use crate::store::{EventStore, StoreError, domain_io};
 use crate::workflow::model::Workflow;
-use crate::workflow::{self, Diagnostics};
+use crate::workflow::{self, Diagnostics, KnownTools};
 
 /// Why a definition could not be registered or loaded.
 #[derive(Debug, thiserror::Error)]
@@ -117,15 +126,29 @@ pub struct Registered {
     pub workflow: Arc<Workflow>,
 }
 
-/// Read, check and register `path` (and, first, every sub-workflow file it names).
+/// Read, check and register `path` (and, first, every sub-workflow file it names),
+/// whose tools are the built-ins and its own.
 pub async fn register_file(
     store: &EventStore,
     path: &Path,
     by: &str,
     now: DateTime<Utc>,
 ) -> Result<Registered, DefinitionError> {
+    register_file_with(store, path, by, now, &KnownTools::default()).await
+}
+
+/// [`register_file`], where the files may also name the tools of `known` (the
+/// registry in use): the directory tools they name are copied into their
+/// definitions (see the module's docs).
+pub async fn register_file_with(
+    store: &EventStore,
+    path: &Path,
+    by: &str,
+    now: DateTime<Utc>,
+    known: &KnownTools,
+) -> Result<Registered, DefinitionError> {
     let mut visiting = BTreeSet::new();
-    Box::pin(register_inner(store, path, by, now, &mut visiting)).await
+    Box::pin(register_inner(store, path, by, now, known, &mut visiting)).await
 }
 
 async fn register_inner(
@@ -133,6 +156,7 @@ async fn register_inner(
     path: &Path,
     by: &str,
     now: DateTime<Utc>,
+    known: &KnownTools,
     visiting: &mut BTreeSet<PathBuf>,
 ) -> Result<Registered, DefinitionError> {
     let canonical = path.canonicalize().map_err(|source| DefinitionError::Io {
@@ -149,7 +173,7 @@ async fn register_inner(
             },
         ])));
     }
-    let loaded = workflow::load(path).map_err(DefinitionError::Invalid)?;
+    let loaded = workflow::load_with(path, known).map_err(DefinitionError::Invalid)?;
     let base = canonical
         .parent()
         .map(Path::to_path_buf)
@@ -167,8 +191,15 @@ async fn register_inner(
             .and_then(Value::as_str)
             .unwrap_or_default();
         if workflow::names_a_file(target) {
-            let child =
-                Box::pin(register_inner(store, &base.join(target), by, now, visiting)).await?;
+            let child = Box::pin(register_inner(
+                store,
+                &base.join(target),
+                by,
+                now,
+                known,
+                visiting,
+            ))
+            .await?;
             step.insert(
                 "workflow".into(),
                 Value::String(format!("{}@{}", child.name, child.version)),
@@ -176,12 +207,57 @@ async fn register_inner(
         }
     }
     visiting.remove(&canonical);
+    embed_directory_tools(&mut json, loaded.workflow(), known).map_err(|reason| {
+        DefinitionError::Corrupt {
+            what: format!("a tool of the tools directory named by {}", path.display()),
+            reason,
+        }
+    })?;
     let workflow: Workflow =
         serde_json::from_value(json.clone()).map_err(|e| DefinitionError::Corrupt {
             what: format!("the definition of {}", path.display()),
             reason: e.to_string(),
         })?;
     register(store, &workflow, json, by, now).await
+}
+
+/// Copy into `json`'s `tools:` the declaration of every tool of the tools directory
+/// that `workflow` names and does not declare itself (in name order, after its own).
+fn embed_directory_tools(
+    json: &mut Value,
+    workflow: &Workflow,
+    known: &KnownTools,
+) -> Result<(), String> {
+    let own: BTreeSet<&str> = workflow
+        .tools
+        .iter()
+        .map(|t| t.header.name.as_str())
+        .collect();
+    let mut copied = Vec::new();
+    for name in workflow::tools_named(workflow) {
+        if own.contains(name.as_str()) {
+            continue;
+        }
+        if let Some(declared) = known.declared.get(&name) {
+            copied.push(serde_json::to_value(&**declared).map_err(|e| e.to_string())?);
+        }
+    }
+    if copied.is_empty() {
+        return Ok(());
+    }
+    let Some(root) = json.as_object_mut() else {
+        return Err("the definition is not a mapping".into());
+    };
+    match root
+        .entry("tools")
+        .or_insert_with(|| Value::Array(Vec::new()))
+    {
+        Value::Array(tools) => {
+            tools.extend(copied);
+            Ok(())
+        }
+        _ => Err("its `tools` is not a list".into()),
+    }
 }
 
 /// The content hash of a definition: SHA-256 of its JSON (keys sorted).

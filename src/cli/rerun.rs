@@ -10,7 +10,9 @@ use crate::domain::ids::RunId;
 use crate::runs::Runs;
 use crate::store::EventStore;
 
+use super::agents::Declarations;
 use super::common::actor;
+use super::registry::WorkflowTools;
 use super::run::{Execution, execute, parse_vars};
 
 #[derive(Debug, Args)]
@@ -30,7 +32,17 @@ pub struct RerunArgs {
     by: Option<String>,
 }
 
-pub async fn rerun(store: EventStore, args: RerunArgs) -> anyhow::Result<()> {
+pub async fn rerun(
+    store: EventStore,
+    args: RerunArgs,
+    declarations: &Declarations,
+) -> anyhow::Result<()> {
+    // The registry performs the MCP tools its steps call, when it runs here.
+    let tools = if args.how.detach {
+        None
+    } else {
+        Some(WorkflowTools::load(declarations)?.performer())
+    };
     let runs = Runs::new(store.clone(), system_clock());
     let head = store.head().await?;
     let changes = if args.vars.is_empty() {
@@ -61,5 +73,5 @@ pub async fn rerun(store: EventStore, args: RerunArgs) -> anyhow::Result<()> {
             started.version
         );
     }
-    execute(&store, &runs, run_id, head, &args.how).await
+    execute(&store, &runs, run_id, head, &args.how, tools).await
 }

@@ -1,6 +1,7 @@
 //! `awl validate FILE...`: check workflow files and print every problem, each with its
 //! file, line, column and field; `awl schema` prints the JSON Schema they are
-//! checked against.
+//! checked against. Files may name the tools of the tool registry (`--tools-dir`):
+//! the tools directory's and its MCP servers' (listed only when a file needs them).
 
 use std::path::PathBuf;
 
@@ -8,6 +9,9 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::workflow::{self, Diagnostics};
+
+use super::agents::Declarations;
+use super::registry::WorkflowTools;
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -20,10 +24,14 @@ pub struct ValidateArgs {
 }
 
 /// Returns whether every file is valid.
-pub fn run(args: ValidateArgs) -> anyhow::Result<bool> {
+pub async fn run(args: ValidateArgs, declarations: &Declarations) -> anyhow::Result<bool> {
+    let mut tools = WorkflowTools::load(declarations)?;
     let mut all = Diagnostics::default();
     for file in &args.files {
-        match workflow::load(file) {
+        let loaded = tools
+            .check(|_| true, async |known| workflow::load_with(file, known))
+            .await;
+        match loaded {
             Ok(loaded) => {
                 if !args.json {
                     let wf = loaded.workflow();

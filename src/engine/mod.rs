@@ -101,6 +101,9 @@ pub enum Effect {
         /// Run this first (a `refresh_auth` recovery).
         before: Option<Work>,
         timeout_ms: Option<u64>,
+        /// What one call of the declared tool the step calls costs (its `cost_usd`),
+        /// charged when the attempt reports no cost of its own.
+        cost_usd: Option<f64>,
         /// The rate buckets to take a token of first (sorted by scope): when one has
         /// none now, the worker records `run.step_throttled` with the time it
         /// reserved instead of performing. Empty when the attempt holds its token.
@@ -165,6 +168,12 @@ pub enum Work {
     Database(DatabaseStep),
     Notify(NotifyStep),
     Builtin {
+        tool: String,
+        inputs: Map<String, Value>,
+    },
+    /// A tool of the registry the worker is given, called through it (an MCP
+    /// server's tool): neither a built-in nor declared in the definition.
+    External {
         tool: String,
         inputs: Map<String, Value>,
     },

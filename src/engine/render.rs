@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 use crate::domain::ids::StepId;
 use crate::domain::run::{Run, StepCall, StepState};
 use crate::expr::{EvalError, PrevStep, Scope, StepView, Template, render_value};
+use crate::workflow::BUILTIN_TOOLS;
 use crate::workflow::model::{Step, StepKind, ToolDefinition, Workflow};
 
 use super::Work;
@@ -91,9 +92,9 @@ pub(crate) fn work(
 }
 
 /// The work of one attempt of `step` and what it calls, as its start records it
-/// (see [`StepCall`]): a declared tool by its name and inputs, a shell, http or
-/// database step by what it runs. Built-in tools and notifications call nothing
-/// outside awl.
+/// (see [`StepCall`]): a declared or registry tool by its name and inputs, a shell,
+/// http or database step by what it runs. Built-in tools and notifications call
+/// nothing outside awl.
 pub(crate) fn performed(
     workflow: &Workflow,
     step: &Step,
@@ -104,12 +105,13 @@ pub(crate) fn performed(
         StepKind::Tool(t) => {
             let name = tool_override.unwrap_or(&t.tool);
             let inputs = object(&t.inputs, scope)?;
-            let declared = workflow.tools.iter().any(|d| d.header.name == name);
-            let call = declared.then(|| StepCall {
+            let call = StepCall {
                 tool: name.to_string(),
                 inputs: Value::Object(inputs.clone()),
-            });
-            Ok((tool(workflow, name, inputs)?, call))
+            };
+            let work = tool(workflow, name, inputs)?;
+            let calls_out = !matches!(work, Work::Builtin { .. });
+            Ok((work, calls_out.then_some(call)))
         }
         other => {
             let work = kind(other, scope)?;
@@ -155,7 +157,7 @@ fn call_of(work: &Work) -> Option<StepCall> {
             inputs.insert("params".into(), json!(d.params));
             ("database", inputs)
         }
-        Work::Notify(_) | Work::Builtin { .. } => return None,
+        Work::Notify(_) | Work::Builtin { .. } | Work::External { .. } => return None,
     };
     Some(StepCall {
         tool: tool.to_string(),
@@ -163,19 +165,47 @@ fn call_of(work: &Work) -> Option<StepCall> {
     })
 }
 
-/// The work of calling tool `name` with `inputs` (already rendered).
+/// The work of calling tool `name` with `inputs` (already rendered): a tool the
+/// definition declares (its own, or one of the tools directory copied in at
+/// registration) expanded into its body; a built-in; else a registry tool the worker
+/// calls through the registry it was given (an MCP server's `SERVER__TOOL`: the
+/// workflow was checked against a registry that knew it). Decided from the
+/// definition alone, so a replay routes every call the same way.
 pub(crate) fn tool(
     workflow: &Workflow,
     name: &str,
     inputs: Map<String, Value>,
 ) -> Result<Work, String> {
-    let Some(declared) = workflow.tools.iter().find(|t| t.header.name == name) else {
-        return Ok(Work::Builtin {
-            tool: name.to_string(),
-            inputs,
-        });
+    if let Some(declared) = workflow.tools.iter().find(|t| t.header.name == name) {
+        return declared_tool(declared, inputs);
+    }
+    let tool = name.to_string();
+    Ok(if BUILTIN_TOOLS.contains(&name) {
+        Work::Builtin { tool, inputs }
+    } else {
+        Work::External { tool, inputs }
+    })
+}
+
+/// What one call of the tool a `tool` step calls costs, when the definition declares
+/// it (`cost_usd` of a declared tool): charged to the run's budget when the attempt
+/// reports no cost of its own. `tool_override` is a fallback tool chosen by a
+/// recovery.
+pub(crate) fn declared_cost(
+    workflow: &Workflow,
+    step: &Step,
+    tool_override: Option<&str>,
+) -> Option<f64> {
+    let StepKind::Tool(t) = &step.kind else {
+        return None;
     };
-    declared_tool(declared, inputs)
+    let name = tool_override.unwrap_or(&t.tool);
+    workflow
+        .tools
+        .iter()
+        .find(|d| d.header.name == name)
+        .and_then(|d| d.header.cost_usd)
+        .filter(|c| *c > 0.0)
 }
 
 /// The work of calling the declared tool `declared` with `inputs` (already rendered

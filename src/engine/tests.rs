@@ -2160,3 +2160,98 @@ steps:
         second.effects
     );
 }
+
+#[test]
+fn a_registry_tool_is_performed_through_the_registry_and_a_fallback_reaches_it_too() {
+    const REGISTRY: &str = r#"
+name: registry
+version: "1.0.0"
+tools:
+  - name: priced
+    type: shell
+    cost_usd: 0.5
+    command: [echo, "${{ inputs.text }}"]
+    inputs:
+      text: {type: string, default: none}
+steps:
+  - id: sum
+    tool: py__add
+    inputs: {a: 1, b: 2}
+    error_handlers:
+      - {class: unknown, action: fallback, fallback_tool: priced}
+  - id: shout
+    tool: py__shout
+    inputs: {text: "${{ steps.sum.outputs.json }}"}
+    error_handlers:
+      - {class: timeout, action: fallback, fallback_tool: py__slow}
+"#;
+    let mut known = crate::workflow::KnownTools::default();
+    known
+        .external
+        .extend(["py__add", "py__shout", "py__slow"].map(String::from));
+    let def = crate::workflow::validate::check_with(Path::new("r.awl.yaml"), REGISTRY, &known)
+        .unwrap_or_else(|d| panic!("{d}"))
+        .workflow;
+    let mut sim = Sim::from_def(def, json!({}));
+    let first = sim.tick();
+    match &first.effects[..] {
+        [
+            Effect::Perform {
+                work: Work::External { tool, inputs },
+                cost_usd: None,
+                ..
+            },
+        ] => {
+            assert_eq!(tool, "py__add");
+            assert_eq!(Value::Object(inputs.clone()), json!({"a": 1, "b": 2}));
+        }
+        other => panic!("{other:?}"),
+    }
+    let call = call_of(&sim, "sum").expect("an MCP tool's call is recorded");
+    assert_eq!(
+        (call.tool.as_str(), call.inputs),
+        ("py__add", json!({"a": 1, "b": 2}))
+    );
+    // The MCP tool failed (an error result): the fallback is the declared tool, with
+    // its cost per call.
+    let fallback = sim.fail("sum", ErrorClass::Unknown);
+    match &fallback.effects[..] {
+        [
+            Effect::Perform {
+                work: Work::Shell(shell),
+                cost_usd: Some(cost),
+                ..
+            },
+        ] => {
+            assert_eq!(
+                shell.command.as_deref(),
+                Some(&["echo".to_string(), "none".to_string()][..])
+            );
+            assert_eq!(*cost, 0.5);
+        }
+        other => panic!("{other:?}"),
+    }
+    sim.report("sum", Ok(json!({"json": 3})));
+    let second = sim.tick();
+    assert!(
+        matches!(
+            &second.effects[..],
+            [Effect::Perform { work: Work::External { tool, inputs }, .. }]
+                if tool == "py__shout" && inputs["text"] == 3
+        ),
+        "{:?}",
+        second.effects
+    );
+    // A timeout falls back to another MCP tool.
+    let third = sim.fail("shout", ErrorClass::Timeout);
+    assert!(
+        matches!(
+            &third.effects[..],
+            [Effect::Perform { work: Work::External { tool, .. }, .. }] if tool == "py__slow"
+        ),
+        "{:?}",
+        third.effects
+    );
+    let done = sim.succeed("shout");
+    assert!(done.is_finished(), "{:?}", types(&done.events));
+}

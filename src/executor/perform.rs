@@ -10,7 +10,9 @@ use tracing::Instrument;
 
 use crate::domain::ids::RunId;
 use crate::engine::{Done, Failure, Work};
-use crate::runners::{Attempt, Runners, StepFailure, StepSuccess};
+use crate::runners::{
+    Attempt, ExternalTools, Runners, StepFailure, StepSuccess, no_external_tools,
+};
 use crate::telemetry;
 
 /// The tools whose result depends only on their inputs: a worker may run them at once
@@ -31,6 +33,10 @@ pub(crate) struct Call<'a> {
     pub trace: &'a telemetry::Parent,
     /// The run's secrets, masked in what the attempt's spans record.
     pub mask: &'a crate::vault::Mask,
+    /// What performs registry tools ([`Work::External`]), if this worker has one.
+    pub tools: Option<&'a dyn ExternalTools>,
+    /// The declared tool's cost per call, charged when the attempt reports none.
+    pub cost_usd: Option<f64>,
 }
 
 /// What kind of work this is, as spans and metrics name it.
@@ -40,7 +46,7 @@ fn kind(work: &Work) -> &'static str {
         Work::Http(_) => "http",
         Work::Database(_) => "database",
         Work::Notify(_) => "notify",
-        Work::Builtin { .. } => "tool",
+        Work::Builtin { .. } | Work::External { .. } => "tool",
     }
 }
 
@@ -94,29 +100,44 @@ async fn attempt(
         mask: call.mask,
     };
     if let Some(hook) = before {
-        one(runners, &attempt, hook).await.map_err(|f| Failure {
-            class: f.class,
-            message: format!("the refresh_auth hook failed: {}", f.message),
-        })?;
+        one(runners, call.tools, &attempt, hook)
+            .await
+            .map_err(|f| Failure {
+                class: f.class,
+                message: format!("the refresh_auth hook failed: {}", f.message),
+            })?;
     }
-    one(runners, &attempt, work).await
+    one(runners, call.tools, &attempt, work)
+        .await
+        .map(|success| done(success, call.cost_usd))
+        .map_err(failure)
 }
 
-async fn one(runners: &Runners, attempt: &Attempt<'_>, work: &Work) -> Result<Done, Failure> {
-    let result = match work {
+async fn one(
+    runners: &Runners,
+    tools: Option<&dyn ExternalTools>,
+    attempt: &Attempt<'_>,
+    work: &Work,
+) -> Result<StepSuccess, StepFailure> {
+    match work {
         Work::Shell(step) => runners.shell(attempt, step).await,
         Work::Http(step) => runners.http(attempt, step).await,
         Work::Database(step) => runners.database(attempt, step).await,
         Work::Notify(step) => runners.notify(attempt, step).await,
         Work::Builtin { tool, inputs } => runners.builtin_tool(attempt, tool, inputs).await,
-    };
-    result.map(done).map_err(failure)
+        Work::External { tool, inputs } => match tools {
+            Some(tools) => tools.call(attempt, tool, inputs).await,
+            None => Err(no_external_tools(tool)),
+        },
+    }
 }
 
-fn done(success: StepSuccess) -> Done {
+/// The attempt's result as the engine reads it. Its cost: what the runner says, else
+/// what the output reports, else the declared tool's cost per call.
+fn done(success: StepSuccess, declared_cost: Option<f64>) -> Done {
     let (cost_usd, tokens) = reported_cost(&success.output);
     Done {
-        cost_usd: success.cost_usd.or(cost_usd),
+        cost_usd: success.cost_usd.or(cost_usd).or(declared_cost),
         tokens: success.tokens.or(tokens),
         output: success.output,
     }
@@ -153,6 +174,74 @@ fn failure(failure: StepFailure) -> Failure {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A registry that answers every tool with its name and inputs, at a cost.
+    struct Answering;
+
+    #[async_trait::async_trait]
+    impl ExternalTools for Answering {
+        async fn call(
+            &self,
+            attempt: &Attempt<'_>,
+            tool: &str,
+            inputs: &serde_json::Map<String, Value>,
+        ) -> Result<StepSuccess, StepFailure> {
+            Ok(StepSuccess {
+                output: json!({"tool": tool, "inputs": inputs, "timeout_ms": attempt.timeout.map(|t| t.as_millis() as u64)}),
+                cost_usd: Some(0.25),
+                tokens: None,
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn registry_tools_go_to_the_worker_s_registry_and_declared_costs_are_charged() {
+        let runners = Runners::new(crate::runners::RunnersConfig::default());
+        let trace = telemetry::Parent::default();
+        let mask = crate::vault::Mask::default();
+        let mut call = Call {
+            run_id: RunId::new(),
+            step_id: "sum",
+            attempt: 1,
+            key: "k",
+            timeout_ms: Some(1_500),
+            trace: &trace,
+            mask: &mask,
+            tools: None,
+            cost_usd: None,
+        };
+        let work = Work::External {
+            tool: "py__add".into(),
+            inputs: json!({"a": 1}).as_object().cloned().unwrap_or_default(),
+        };
+        let without = perform(&runners, &call, &work, None).await.unwrap_err();
+        assert_eq!(without.class, crate::domain::run::ErrorClass::Dependency);
+        assert!(
+            without.message.contains("--tools-dir"),
+            "{}",
+            without.message
+        );
+
+        call.tools = Some(&Answering);
+        let done = perform(&runners, &call, &work, None).await.unwrap();
+        assert_eq!(
+            done.output,
+            json!({"tool": "py__add", "inputs": {"a": 1}, "timeout_ms": 1_500})
+        );
+        assert_eq!(done.cost_usd, Some(0.25), "the registry's cost");
+
+        // A declared tool's cost per call, when the attempt reports none.
+        call.cost_usd = Some(0.5);
+        let echo = Work::Builtin {
+            tool: "echo".into(),
+            inputs: json!({"message": "hi"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        };
+        let done = perform(&runners, &call, &echo, None).await.unwrap();
+        assert_eq!(done.cost_usd, Some(0.5));
+    }
 
     #[test]
     fn costs_are_read_where_steps_report_them() {

@@ -35,7 +35,7 @@ use crate::domain::ids::RunId;
 use crate::domain::run::Run;
 use crate::engine::{self, CompensationOutcome, Effect, StepOutcome};
 use crate::log::StreamType;
-use crate::runners::Runners;
+use crate::runners::{ExternalTools, Runners};
 use crate::store::{EventStore, Lease, Release, domain_io};
 use crate::telemetry;
 use crate::vault::{Protection, Reveal};
@@ -72,6 +72,10 @@ pub struct WorkerConfig {
     /// bytes (its events' payloads as JSON text) continues as new too. Weighed every
     /// [`BYTES_CHECK_EVERY`] events of a run, in the database.
     pub history_bytes: u64,
+    /// What performs the registry tools `tool` steps call (MCP servers' tools): the
+    /// tool registry of whoever starts the worker. Without it such a step fails with
+    /// class `dependency`.
+    pub tools: Option<Arc<dyn ExternalTools>>,
 }
 
 /// The default history limit: a run continues as new every 10,000 events.
@@ -96,6 +100,7 @@ impl WorkerConfig {
             exit_when_done: false,
             history_limit: DEFAULT_HISTORY_LIMIT,
             history_bytes: DEFAULT_HISTORY_BYTES,
+            tools: None,
         }
     }
 
@@ -514,6 +519,7 @@ impl Worker {
         done_tx: &mpsc::UnboundedSender<(String, Report)>,
     ) {
         let runners = self.runners.clone();
+        let tools = self.config.tools.clone();
         let done_tx = done_tx.clone();
         let run = run_id.to_string();
         let id = h.run.id().unwrap_or_default();
@@ -527,6 +533,7 @@ impl Worker {
                 work,
                 before,
                 timeout_ms,
+                cost_usd,
                 rate,
             } => {
                 if !h.in_flight.insert(key.clone()) {
@@ -570,6 +577,8 @@ impl Worker {
                         timeout_ms,
                         trace: &trace,
                         mask: &protection.mask,
+                        tools: tools.as_deref(),
+                        cost_usd,
                     };
                     let result = perform::perform(&runners, &call, &work, before.as_ref()).await;
                     let _ = done_tx.send((
@@ -603,6 +612,8 @@ impl Worker {
                         timeout_ms,
                         trace: &trace,
                         mask: &protection.mask,
+                        tools: tools.as_deref(),
+                        cost_usd: None,
                     };
                     let result = perform::perform(&runners, &call, &work, None).await;
                     let outcome = CompensationOutcome {

@@ -22,7 +22,7 @@ use crate::log::{Metadata, StreamRef, StreamType};
 use crate::store::command::{Command, CommandError};
 use crate::store::domain_io;
 use crate::telemetry;
-use crate::workflow::{self, inputs};
+use crate::workflow::{self, KnownTools, inputs};
 use cqrs_es::Aggregate;
 
 use super::{Runs, RunsError, run_stream};
@@ -282,10 +282,25 @@ impl Runs {
         given: Map<String, Value>,
         by: &str,
     ) -> Result<(Started, Registered), RunsError> {
-        let loaded = workflow::load(path).map_err(definitions::DefinitionError::Invalid)?;
+        self.start_file_with(path, given, by, &KnownTools::default())
+            .await
+    }
+
+    /// [`Runs::start_file`], where the files may also name the tools of `known` (the
+    /// registry in use; its directory tools are copied into the registered version).
+    pub async fn start_file_with(
+        &self,
+        path: &Path,
+        given: Map<String, Value>,
+        by: &str,
+        known: &KnownTools,
+    ) -> Result<(Started, Registered), RunsError> {
+        let loaded =
+            workflow::load_with(path, known).map_err(definitions::DefinitionError::Invalid)?;
         let inputs = inputs::resolve_for(&loaded.checked, path, given, inputs::Given::Text)
             .map_err(definitions::DefinitionError::Invalid)?;
-        let registered = definitions::register_file(&self.store, path, by, self.now()).await?;
+        let registered =
+            definitions::register_file_with(&self.store, path, by, self.now(), known).await?;
         let started = self
             .start_registered(
                 &registered,

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use crate::domain::ids::RunId;
 use crate::domain::run::ErrorClass;
 use crate::engine::{Work, declared_tool};
-use crate::runners::{Attempt, Runners, StepFailure, StepSuccess};
+use crate::runners::{Attempt, ExternalTools, Runners, StepFailure, StepSuccess};
 use crate::vault::Mask;
 
 use super::{Registry, Source, Tool};
@@ -132,5 +132,72 @@ async fn perform(
         Work::Database(step) => runners.database(attempt, step).await,
         Work::Notify(step) => runners.notify(attempt, step).await,
         Work::Builtin { tool, inputs } => runners.builtin_tool(attempt, tool, inputs).await,
+        // A declared tool's body is a shell, http, database or notify step.
+        Work::External { tool, .. } => Err(StepFailure::validation(format!(
+            "tool `{tool}` is not performed by the runners"
+        ))),
+    }
+}
+
+/// The registry as the executor's performer of registry tools: the MCP tools a
+/// workflow's `tool` steps call. Tools of the tools directory never come here: they
+/// are copied into the workflow version at registration and performed from that copy
+/// (`crate::definitions`), so a run does not depend on what the directory holds now.
+#[async_trait::async_trait]
+impl ExternalTools for Registry {
+    async fn call(
+        &self,
+        attempt: &Attempt<'_>,
+        tool: &str,
+        inputs: &Map<String, Value>,
+    ) -> Result<StepSuccess, StepFailure> {
+        self.call_for_step(attempt, tool, inputs).await
+    }
+}
+
+impl Registry {
+    /// One attempt of a workflow step calling MCP tool `name`: its server's current
+    /// listing (the session started again if it ended), the inputs checked against
+    /// the listed schema (`validation`), then the call under the attempt's timeout
+    /// (the step's `timeout_seconds`, or what an `increase_timeout` handler made it),
+    /// else the server's `timeout_seconds`. Its cost is the server's `cost_usd`.
+    async fn call_for_step(
+        &self,
+        attempt: &Attempt<'_>,
+        name: &str,
+        inputs: &Map<String, Value>,
+    ) -> Result<StepSuccess, StepFailure> {
+        let server = match self.get(name) {
+            Some(Tool {
+                source: Source::Mcp { server },
+                ..
+            }) => self.servers.get(server),
+            _ => self.servers.declared_server_of(name),
+        };
+        let Some(server) = server else {
+            let servers = self.mcp_servers();
+            return Err(StepFailure::new(
+                ErrorClass::Dependency,
+                format!(
+                    "tool `{name}` is not a tool of an MCP server of this worker's tools \
+                     directory (its MCP servers: {})",
+                    if servers.is_empty() {
+                        "none".to_string()
+                    } else {
+                        servers.join(", ")
+                    }
+                ),
+            ));
+        };
+        let mut tool = server.tool_for_step(name).await?;
+        let arguments = check_arguments(&tool, &Value::Object(inputs.clone()))?;
+        if let Some(limit) = attempt.timeout {
+            tool.timeout = limit;
+        }
+        let mut success = server.call(&tool, arguments).await?;
+        if tool.cost_usd > 0.0 {
+            success.cost_usd = Some(tool.cost_usd);
+        }
+        Ok(success)
     }
 }

@@ -151,12 +151,23 @@ impl Servers {
     /// The server a tool name belongs to, among those listed already (a tool the
     /// server offers since this registry's snapshot was made).
     pub(super) fn listed_server_of(&self, tool: &str) -> Option<&Arc<Server>> {
+        self.server_of(tool, |s| s.last_listing().is_some())
+    }
+
+    /// The declared server a tool name belongs to (`SERVER__TOOL`, the longest
+    /// server name that fits), whether it was listed yet or not: a workflow step's
+    /// call starts its server's session when it is not running.
+    pub(super) fn declared_server_of(&self, tool: &str) -> Option<&Arc<Server>> {
+        self.server_of(tool, |_| true)
+    }
+
+    fn server_of(&self, tool: &str, also: impl Fn(&Server) -> bool) -> Option<&Arc<Server>> {
         self.0
             .values()
             .filter(|s| {
                 tool.strip_prefix(s.spec.name.as_str())
                     .is_some_and(|rest| rest.starts_with(SEPARATOR))
-                    && s.last_listing().is_some()
+                    && also(s)
             })
             .max_by_key(|s| s.spec.name.len())
     }
@@ -236,6 +247,34 @@ impl Server {
         let listing = Arc::new(self.list().await?);
         *self.listing.write().unwrap_or_else(|p| p.into_inner()) = Some(listing.clone());
         Ok(listing)
+    }
+
+    /// One of its tools by registered name for a workflow step's call, as
+    /// [`Server::tool`] finds it; a server that cannot be listed and never was fails
+    /// like a broken connection (`dependency` for a process, `network` over HTTP:
+    /// handlers may retry), a tool it does not offer with class `validation`.
+    pub(super) async fn tool_for_step(&self, name: &str) -> Result<Tool, StepFailure> {
+        let listing = match self.listing(Want::Fresh).await {
+            Ok(listing) => listing,
+            Err(e) => self.last_listing().ok_or_else(|| {
+                StepFailure::new(
+                    self.connection_class(),
+                    format!("tool `{name}`: MCP server `{}`: {e}", self.spec.name),
+                )
+            })?,
+        };
+        listing.tools.get(name).cloned().ok_or_else(|| {
+            StepFailure::validation(format!(
+                "MCP server `{}` offers no tool `{name}` (it offers: {})",
+                self.spec.name,
+                listing
+                    .tools
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
     }
 
     /// One of its tools by registered name, from a listing asked for again when it

@@ -1,5 +1,6 @@
-//! The tool registry: every tool awl can call, behind one list, for every caller (the
-//! agent runner, `awl tools`, `GET /api/v1/tools`).
+//! The tool registry: every tool awl can call, behind one list, for every caller: the
+//! agent runner, workflows' `tool` steps (and `fallback_tool`s), `awl tools`, and
+//! `GET /api/v1/tools`.
 //!
 //! A tool has a name, a description, the JSON Schema of its input (what a model is
 //! shown, and what every call is checked against before anything runs), a timeout, a
@@ -28,6 +29,23 @@
 //! recovery strategies act on. An MCP tool is called through its server's session
 //! (one per server, kept open; a stdio server's process is killed when the last
 //! clone of the registry is dropped).
+//!
+//! Workflows reach the registry in two ways, so that a run replays the same whatever
+//! the tools directory holds later:
+//!
+//! - **checking and registering**: [`Registry::known_tools`] hands the workflow
+//!   checks (`crate::workflow`, which knows no registry) the names a file may use
+//!   besides the built-ins and its own `tools:`; registration copies the declaration
+//!   of every directory tool a file names into the registered version
+//!   (`crate::definitions`), and the engine performs that copy like a tool the file
+//!   declared (a file's own declaration wins over a directory tool of the same
+//!   name);
+//! - **running MCP tools**: a step calling `SERVER__TOOL` is performed by the worker
+//!   through the registry it was given (the [`ExternalTools`] impl in `call.rs`): the
+//!   server's current listing, the inputs checked against the listed schema, the
+//!   step's timeout (else the server's), the server's cost charged to the run, and
+//!   failures classed (an error result, a server that died or cannot be reached, a
+//!   timeout) for the workflow's error handlers.
 
 mod call;
 mod mcp;
@@ -43,7 +61,10 @@ use serde_json::Value;
 
 use crate::runners::Runners;
 use crate::workflow::model::{McpServerSpec, ToolDefinition, ToolsFile};
-use crate::workflow::{Diagnostic, Diagnostics, check_tools};
+use crate::workflow::{Diagnostic, Diagnostics, KnownTools, check_tools};
+
+#[cfg(doc)]
+use crate::runners::ExternalTools;
 
 pub use call::CallContext;
 pub use mcp::{McpStartError, SEPARATOR};
@@ -207,6 +228,25 @@ impl Registry {
         self.with_listings(mcp::Want::Now).await
     }
 
+    /// This registry with the tools of every MCP server that can be started and
+    /// listed (as [`Registry::discover`]), and why each other one could not be: its
+    /// tools are left out. For checking workflow files, where a server a file does
+    /// not use need not be up.
+    pub async fn discover_available(&self) -> (Self, Vec<McpStartError>) {
+        let mut listings = Vec::new();
+        let mut failed = Vec::new();
+        for (server, listed) in self.servers.listings(mcp::Want::Fresh).await {
+            match listed {
+                Ok(listing) => listings.push(listing),
+                Err(e) => {
+                    failed.push(e);
+                    listings.extend(self.servers.last_listing(&server));
+                }
+            }
+        }
+        (self.with(listings), failed)
+    }
+
     /// This registry with the listings older than their server's `refresh_seconds`
     /// asked for again. A server that cannot be reached keeps its last listing (the
     /// failure is logged; its calls fail on their own).
@@ -286,6 +326,26 @@ impl Registry {
     /// The names of the MCP servers the tools files declare.
     pub fn mcp_servers(&self) -> Vec<&str> {
         self.servers.names()
+    }
+
+    /// What a workflow file may name of this registry besides the built-ins, as data
+    /// for the workflow checks: the declared tools (copied into a version that names
+    /// one, at registration) and the MCP tools listed so far (called through the
+    /// registry when a step runs).
+    pub fn known_tools(&self) -> KnownTools {
+        let mut known = KnownTools::default();
+        for (name, tool) in self.tools.iter() {
+            match (&tool.source, &tool.definition) {
+                (Source::Declared { .. }, Some(definition)) => {
+                    known.declared.insert(name.clone(), Arc::clone(definition));
+                }
+                (Source::Mcp { .. }, _) => {
+                    known.external.insert(name.clone());
+                }
+                _ => {}
+            }
+        }
+        known
     }
 }
 

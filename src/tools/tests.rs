@@ -2,7 +2,7 @@ use serde_json::json;
 
 use super::*;
 use crate::domain::ids::RunId;
-use crate::runners::RunnersConfig;
+use crate::runners::{ExternalTools, RunnersConfig};
 use crate::vault::mask::NO_SECRETS;
 
 const WORDS: &str = r#"
@@ -318,3 +318,50 @@ fn an_mcp_server_declared_in_two_files_is_refused_at_the_second() {
 }
 
 use crate::domain::run::ErrorClass;
+
+#[tokio::test]
+async fn workflows_see_declared_tools_as_declarations_and_step_calls_reach_only_mcp_servers() {
+    let servers = "mcp_servers:\n  - {name: gh, command: [\"/nonexistent/mcp-server\"]}\n";
+    let registry = registry_with(&[("words.yaml", WORDS), ("servers.yaml", servers)]).unwrap();
+    let known = registry.known_tools();
+    assert_eq!(known.declared.keys().collect::<Vec<_>>(), ["word_count"]);
+    assert_eq!(
+        known.declared["word_count"].header.cost_usd,
+        Some(0.002),
+        "the declaration itself, to be copied into a workflow version"
+    );
+    assert!(known.external.is_empty(), "no server was listed yet");
+
+    let attempt = crate::runners::Attempt {
+        run_id: RunId::new(),
+        step_id: "s",
+        attempt: 1,
+        idempotency_key: "k",
+        timeout: Some(Duration::from_secs(5)),
+        base_dir: std::path::Path::new("."),
+        mask: &NO_SECRETS,
+    };
+    let performer: &dyn ExternalTools = &registry;
+    // A directory tool is performed from the workflow version's copy, never here.
+    let not_mcp = performer
+        .call(&attempt, "word_count", &serde_json::Map::new())
+        .await
+        .unwrap_err();
+    assert_eq!(not_mcp.class, ErrorClass::Dependency, "{not_mcp}");
+    assert!(
+        not_mcp.message.contains("(its MCP servers: gh)"),
+        "{not_mcp}"
+    );
+    // A server that cannot be started fails like a process that died: `dependency`,
+    // which handlers may retry.
+    let down = performer
+        .call(&attempt, "gh__search", &serde_json::Map::new())
+        .await
+        .unwrap_err();
+    assert_eq!(down.class, ErrorClass::Dependency, "{down}");
+    assert!(
+        down.message.contains("MCP server `gh`")
+            && down.message.contains("/nonexistent/mcp-server"),
+        "{down}"
+    );
+}

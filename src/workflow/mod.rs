@@ -9,6 +9,7 @@
 //! | `yaml` | YAML to JSON with the position of every value |
 //! | `validate` | schema pass + rules pass, all problems at once |
 //! | `rules` | what a schema cannot say: ids, references, tools, text without templates |
+//! | [`KnownTools`] | the tools of the registry in use a file may name, handed in as data |
 //! | `inputs` | a run's inputs checked and defaulted against the declaration |
 //! | `schedule` | schedules: their spec, cron and interval times, jitter |
 //! | `diagnostics` | a problem: file, line, column, field, message |
@@ -26,17 +27,84 @@ pub mod schema;
 pub mod validate;
 pub mod yaml;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use diagnostics::{Diagnostic, Diagnostics};
 pub use model::Workflow;
-pub use validate::{CheckedWorkflow, FileSchema, check_file, check_tools, problem_at};
+pub use validate::{CheckedWorkflow, FileSchema, check_file, check_tools, check_with, problem_at};
+
+use model::{Step, ToolDefinition};
 
 /// The built-in tools `tool` steps may name without declaring them.
 pub const BUILTIN_TOOLS: [&str; 4] = ["echo", "fail", "noop", "sleep"];
 
 pub(crate) fn builtin_tools() -> Vec<&'static str> {
     BUILTIN_TOOLS.to_vec()
+}
+
+/// The tools a workflow file may name besides the built-ins and its own `tools:`: those
+/// of the tool registry in use (`crate::tools`), handed in as data, because the
+/// language is checked before anything runs and knows no registry (or MCP server).
+///
+/// A name the file declares itself is the file's own tool, whatever the registry
+/// holds: a file's declaration wins over a tools directory's of the same name.
+#[derive(Debug, Clone, Default)]
+pub struct KnownTools {
+    /// Tools declared in the tools directory. A workflow that names one is registered
+    /// with its declaration copied into its own `tools:` (as if the file declared
+    /// it), so its runs replay the same whatever the directory holds later.
+    pub declared: BTreeMap<String, Arc<ToolDefinition>>,
+    /// Tools awl performs outside its runners, through the registry, when a step
+    /// calls them: the tools of external MCP servers (`SERVER__TOOL`).
+    pub external: BTreeSet<String>,
+}
+
+impl KnownTools {
+    /// Every name, for the rules and their messages.
+    pub fn names(&self) -> BTreeSet<String> {
+        self.declared
+            .keys()
+            .chain(&self.external)
+            .cloned()
+            .collect()
+    }
+}
+
+/// The tools `workflow` names: in `tool` steps anywhere (nested, hooks,
+/// compensations) and in error handlers (`fallback_tool`, `hook`), the step's and the
+/// workflow's. Its own `tools:` declarations count only where named.
+pub fn tools_named(workflow: &Workflow) -> BTreeSet<String> {
+    fn handlers(list: &[model::ErrorHandler], out: &mut BTreeSet<String>) {
+        for h in list {
+            out.extend(h.fallback_tool.iter().cloned());
+            out.extend(h.hook.iter().cloned());
+        }
+    }
+    fn step(s: &Step, out: &mut BTreeSet<String>) {
+        if let model::StepKind::Tool(t) = &s.kind {
+            out.insert(t.tool.clone());
+        }
+        handlers(&s.common.error_handlers, out);
+        if let Some(undo) = &s.common.compensate {
+            step(undo, out);
+        }
+        for child in s.children() {
+            step(child, out);
+        }
+    }
+    let mut out = BTreeSet::new();
+    handlers(&workflow.error_handlers, &mut out);
+    for s in workflow
+        .steps
+        .iter()
+        .chain(&workflow.on_success)
+        .chain(&workflow.on_failure)
+    {
+        step(s, &mut out);
+    }
+    out
 }
 
 /// Whether a `workflow` step's `workflow` names a file, relative to the workflow
@@ -80,8 +148,13 @@ impl LoadedWorkflow {
     }
 }
 
-/// Read and check one workflow file.
+/// Read and check one workflow file (its tools: the built-ins and its own).
 pub fn load(path: &Path) -> Result<LoadedWorkflow, Diagnostics> {
+    load_with(path, &KnownTools::default())
+}
+
+/// Read and check one workflow file, which may also name the tools of `known`.
+pub fn load_with(path: &Path, known: &KnownTools) -> Result<LoadedWorkflow, Diagnostics> {
     let source = std::fs::read_to_string(path).map_err(|e| {
         Diagnostics(vec![Diagnostic {
             file: path.to_path_buf(),
@@ -90,7 +163,7 @@ pub fn load(path: &Path) -> Result<LoadedWorkflow, Diagnostics> {
             message: format!("cannot read the file: {e}"),
         }])
     })?;
-    let checked = validate::check(path, &source)?;
+    let checked = validate::check_with(path, &source, known)?;
     Ok(LoadedWorkflow {
         path: path.to_path_buf(),
         source,

@@ -143,11 +143,20 @@ fn walk<'a>(
     defined
 }
 
-/// Check every rule, reporting problems to `report`.
-pub(crate) fn check(json: &Value, builtins: &[&str], file: &Path, report: &mut Reporter<'_>) {
+/// Check every rule, reporting problems to `report`. Tools may be named if they are
+/// `builtins`, declared in the file, or `registry` tools (the tools directory's and MCP
+/// servers', handed in by the caller).
+pub(crate) fn check(
+    json: &Value,
+    builtins: &[&str],
+    registry: &BTreeSet<String>,
+    file: &Path,
+    report: &mut Reporter<'_>,
+) {
     let sites = steps(json);
     unique_ids(&sites, report);
-    let tools = declared_tools(json, builtins, report);
+    let mut tools = declared_tools(json, builtins, report);
+    tools.extend(registry.iter().cloned());
     let inputs: BTreeSet<String> = match json.get("inputs") {
         Some(Value::Object(declared)) => declared.keys().cloned().collect(),
         _ => BTreeSet::new(),
@@ -726,7 +735,8 @@ fn unique_ids(sites: &[StepSite<'_>], report: &mut Reporter<'_>) {
     }
 }
 
-/// The names `tool:` may use: built-ins and the file's `tools:`.
+/// The built-ins and the file's `tools:` (a file may declare a tool of the same name
+/// as a registry tool: its own declaration is the one its steps call).
 fn declared_tools(json: &Value, builtins: &[&str], report: &mut Reporter<'_>) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = builtins.iter().map(|s| s.to_string()).collect();
     let Some(Value::Array(tools)) = json.get("tools") else {

@@ -1005,3 +1005,114 @@ steps:
         Some("crm")
     );
 }
+
+/// A registry as the workflow checks see it: one tool of the tools directory
+/// (`word_count`) and one MCP tool (`py__add`).
+fn registry() -> super::KnownTools {
+    let word_count: super::model::ToolDefinition = serde_json::from_value(json!({
+        "name": "word_count",
+        "type": "shell",
+        "inputs": {"text": {"type": "string", "required": true}},
+        "command": ["wc", "-w"],
+        "stdin": "${{ inputs.text }}",
+    }))
+    .unwrap();
+    let mut known = super::KnownTools::default();
+    known
+        .declared
+        .insert("word_count".into(), std::sync::Arc::new(word_count));
+    known.external.insert("py__add".into());
+    known
+}
+
+const USES_THE_REGISTRY: &str = r#"name: a
+version: "1.0.0"
+error_handlers:
+  - {class: timeout, action: fallback, fallback_tool: word_count}
+steps:
+  - id: count
+    tool: word_count
+    inputs: {text: a b c}
+  - id: sum
+    type: tool
+    tool: py__add
+    inputs: {a: 1, b: 2}
+    error_handlers:
+      - {class: unknown, action: fallback, fallback_tool: py__add}
+"#;
+
+#[test]
+fn registry_tools_are_named_only_when_the_registry_knows_them() {
+    let file = Path::new("wf.awl.yaml");
+    let checked = super::validate::check_with(file, USES_THE_REGISTRY, &registry())
+        .unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(
+        super::tools_named(&checked.workflow),
+        ["py__add", "word_count"].map(String::from).into()
+    );
+    // Checking copies nothing into the file: registration does.
+    assert!(checked.workflow.tools.is_empty());
+
+    // Without the registry, every name is refused where it is, with what is known.
+    let said: Vec<String> = check(file, USES_THE_REGISTRY)
+        .expect_err("unknown tools")
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "wf.awl.yaml:4:55: error_handlers[0].fallback_tool: unknown tool `word_count` (known: echo, fail, noop, sleep)",
+            "wf.awl.yaml:7:11: steps[0].tool: unknown tool `word_count` (known: echo, fail, noop, sleep)",
+            "wf.awl.yaml:11:11: steps[1].tool: unknown tool `py__add` (known: echo, fail, noop, sleep)",
+            "wf.awl.yaml:14:59: steps[1].error_handlers[0].fallback_tool: unknown tool `py__add` (known: echo, fail, noop, sleep)",
+        ]
+    );
+
+    // A name the registry does not know either is refused, the registry's listed.
+    let typo = USES_THE_REGISTRY.replace(
+        "type: tool\n    tool: py__add",
+        "type: tool\n    tool: py__sub",
+    );
+    let said: Vec<String> = super::validate::check_with(file, &typo, &registry())
+        .expect_err("an unknown tool")
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "wf.awl.yaml:11:11: steps[1].tool: unknown tool `py__sub` (known: echo, fail, noop, py__add, sleep, word_count)"
+        ]
+    );
+}
+
+#[test]
+fn a_file_may_declare_a_tool_of_a_registry_name_and_its_own_is_the_one() {
+    let source = r#"name: a
+version: "1.0.0"
+tools:
+  - {name: word_count, type: shell, command: [echo, mine]}
+  - {name: echo, type: shell, command: [echo]}
+steps:
+  - {id: count, tool: word_count}
+"#;
+    let said: Vec<String> =
+        super::validate::check_with(Path::new("wf.awl.yaml"), source, &registry())
+            .expect_err("a built-in's name is still taken")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+    assert_eq!(
+        said,
+        ["wf.awl.yaml:5:12: tools[1].name: `echo` is a built-in tool; choose another name"]
+    );
+    let own = source.replace("  - {name: echo, type: shell, command: [echo]}\n", "");
+    let checked = super::validate::check_with(Path::new("wf.awl.yaml"), &own, &registry())
+        .unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(checked.workflow.tools.len(), 1);
+    assert!(matches!(
+        &checked.workflow.tools[0].kind,
+        StepKind::Shell(s) if s.command.as_deref() == Some(&["echo".to_string(), "mine".to_string()][..])
+    ));
+}

@@ -11,6 +11,7 @@
 //!
 //! Only a file with no problem at all is turned into a [`Workflow`].
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -23,7 +24,7 @@ use super::diagnostics::{Diagnostic, Diagnostics, Reporter};
 use super::model::{StepKind, ToolsFile, Workflow};
 use super::schema::workflow_schema;
 use super::yaml::{self, SourceMap};
-use super::{builtin_tools, rules};
+use super::{KnownTools, builtin_tools, rules};
 
 /// A workflow file that passed every check.
 #[derive(Debug, Clone)]
@@ -34,12 +35,24 @@ pub struct CheckedWorkflow {
     pub source_map: SourceMap,
 }
 
-/// Check `source` (the text of `file`) and return the workflow, or every problem.
+/// Check `source` (the text of `file`) and return the workflow, or every problem. Its
+/// `tool` steps and handlers may name the built-ins and the file's own tools.
 pub fn check(file: &Path, source: &str) -> Result<CheckedWorkflow, Diagnostics> {
+    check_with(file, source, &KnownTools::default())
+}
+
+/// [`check`], where `tool` steps and handlers may also name the tools of `known` (the
+/// registry in use). Checking does not copy a directory tool into the file: that is
+/// registration's (`crate::definitions`).
+pub fn check_with(
+    file: &Path,
+    source: &str,
+    known: &KnownTools,
+) -> Result<CheckedWorkflow, Diagnostics> {
     let (mut json, map) = parse_yaml(file, source)?;
     let mut report = Reporter::new(file, source, &map);
     schema_problems(workflow_file(), &json, &mut report);
-    rules::check(&json, &builtin_tools(), file, &mut report);
+    rules::check(&json, &builtin_tools(), &known.names(), file, &mut report);
     if !report.found.is_empty() {
         return Err(Diagnostics(report.found).sorted());
     }
@@ -69,7 +82,7 @@ pub fn check_tools(file: &Path, source: &str) -> Result<ToolsFile, Diagnostics> 
     let mut report = Reporter::new(file, source, &map);
     schema_problems(tools_file(), &json, &mut report);
     if report.found.is_empty() {
-        rules::check(&json, &builtin_tools(), file, &mut report);
+        rules::check(&json, &builtin_tools(), &BTreeSet::new(), file, &mut report);
         mcp_server_rules(&json, &mut report);
     }
     if !report.found.is_empty() {
@@ -92,7 +105,7 @@ fn mcp_server_rules(json: &Value, report: &mut Reporter<'_>) {
     let Some(Value::Array(servers)) = json.get("mcp_servers") else {
         return;
     };
-    let mut seen = std::collections::BTreeSet::new();
+    let mut seen = BTreeSet::new();
     for (i, server) in servers.iter().enumerate() {
         let at = format!("/mcp_servers/{i}");
         let has = |key: &str| server.get(key).is_some();

@@ -25,7 +25,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::support::within;
 
-const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/tool_server.py");
+pub(crate) const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/tool_server.py");
 
 /// Every tool the server offers, as registered from server `py`.
 const PY_TOOLS: [&str; 8] = [
@@ -39,7 +39,7 @@ const PY_TOOLS: [&str; 8] = [
     "py__whereami",
 ];
 
-fn python() -> String {
+pub(crate) fn python() -> String {
     std::env::var("AWL_TEST_PYTHON").unwrap_or_else(|_| {
         panic!(
             "AWL_TEST_PYTHON is not set: the MCP tool tests run an MCP server written with the \

@@ -349,6 +349,7 @@ impl<'a> Walker<'a> {
                 Err(e) => return self.fail_step(&id, attempt, ErrorClass::Validation, e),
             }
         };
+        let cost_usd = render::declared_cost(self.def, step, fallback.as_deref());
         self.effects.push(Effect::Perform {
             key,
             step_id: id,
@@ -356,6 +357,7 @@ impl<'a> Walker<'a> {
             work,
             before,
             timeout_ms: self.timeout_seconds(step, attempt).map(|s| s * 1000),
+            cost_usd,
             rate,
         });
         Ok(())
