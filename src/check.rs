@@ -29,6 +29,7 @@ use serde::Serialize;
 use cqrs_es::{Aggregate, DomainEvent};
 
 use crate::domain::Decide;
+use crate::domain::chat::{ChatEvent, ChatMessage};
 use crate::domain::ids::GateId;
 use crate::domain::run::{Run, RunEvent};
 use crate::domain::solve::{Solve, SolveEvent};
@@ -73,6 +74,8 @@ pub struct Checker {
     tasks: HashMap<String, Task>,
     /// Per solve: its state folded so far.
     solves: HashMap<String, Solve>,
+    /// Per chat message: its state folded so far.
+    chats: HashMap<String, ChatMessage>,
     findings: Vec<Finding>,
 }
 
@@ -101,7 +104,22 @@ impl Checker {
                 Ok(solve_event) => self.check_solve(event, solve_event),
                 Err(e) => self.found(event, "undecodable", e.to_string()),
             },
+            StreamType::Chat => match domain_io::decode::<ChatMessage>(event) {
+                Ok(chat_event) => self.check_chat(event, chat_event),
+                Err(e) => self.found(event, "undecodable", e.to_string()),
+            },
             _ => {}
+        }
+    }
+
+    /// The command behind a chat event, decided again on the message as folded.
+    fn check_chat(&mut self, event: &RecordedEvent, chat_event: ChatEvent) {
+        let chat = self.chats.entry(event.stream.id.clone()).or_default();
+        let refused = chat.decide(chat_event.clone().command()).err();
+        chat.apply(chat_event.clone());
+        if let Some(e) = refused {
+            let message = format!("{}: {e}", chat_event.event_type());
+            self.found(event, "chat_step_illegal", message);
         }
     }
 

@@ -21,7 +21,8 @@
 //! - services, which every interface calls: [`board`] (agents pull tasks), [`runs`]
 //!   (start, read, decide gates, pause, cancel, rerun, replay), [`bulk`] (one action
 //!   over many runs, resumable), [`learning`] (workflows proposed from repeated tool
-//!   sequences, approved by a person, suggested for a context);
+//!   sequences, approved by a person, suggested for a context), [`chat`] (Slack and
+//!   Discord: notices posted and edited in place, buttons, forms and slash commands);
 //! - carrying runs out: [`executor`] (stateless workers: claim, decide, commit,
 //!   perform) and [`runners`] (one attempt of a step: shell, http, database, notify,
 //!   built-in tools);
@@ -38,6 +39,7 @@ pub mod agents;
 pub mod auth;
 pub mod board;
 pub mod bulk;
+pub mod chat;
 pub mod check;
 pub mod cli;
 pub mod clock;

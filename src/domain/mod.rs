@@ -25,6 +25,7 @@
 
 pub mod agent;
 pub mod bulk;
+pub mod chat;
 pub mod debounce;
 pub mod ids;
 pub mod learning;

@@ -24,10 +24,12 @@ pub enum StreamType {
     Debounce,
     /// One question worked by awl's own agent: its model calls, tool calls, answer.
     Solve,
+    /// One notice's message in one chat channel: posted, updated, failed deliveries.
+    Chat,
 }
 
 impl StreamType {
-    pub const ALL: [StreamType; 8] = [
+    pub const ALL: [StreamType; 9] = [
         Self::Workflow,
         Self::Run,
         Self::Task,
@@ -36,6 +38,7 @@ impl StreamType {
         Self::Schedule,
         Self::Debounce,
         Self::Solve,
+        Self::Chat,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +51,7 @@ impl StreamType {
             Self::Schedule => "schedule",
             Self::Debounce => "debounce",
             Self::Solve => "solve",
+            Self::Chat => "chat",
         }
     }
 }
@@ -311,7 +315,7 @@ mod tests {
         }
         assert_eq!(
             "job".parse::<StreamType>().unwrap_err().to_string(),
-            "unknown stream type \"job\" (expected one of: workflow, run, task, agent, bulk, schedule, debounce, solve)"
+            "unknown stream type \"job\" (expected one of: workflow, run, task, agent, bulk, schedule, debounce, solve, chat)"
         );
     }
 

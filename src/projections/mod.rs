@@ -16,6 +16,7 @@
 mod agents;
 mod audit;
 mod board;
+mod chat;
 mod fold;
 mod learning;
 mod model_use;
@@ -102,6 +103,7 @@ pub fn all() -> Vec<Arc<dyn Projection>> {
         Arc::new(learning::Learning::from_env()),
         Arc::new(proposals::Proposals),
         Arc::new(model_use::ModelUse),
+        Arc::new(chat::Chat),
     ]
 }
 

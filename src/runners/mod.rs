@@ -23,6 +23,12 @@
 //! A runner returns [`StepSuccess`] or [`StepFailure`]; it never panics on anything
 //! that comes from outside (processes, servers, databases, inputs).
 //!
+//! A `tool` step naming a tool of the registry that is neither built in nor declared
+//! in its workflow (an MCP server's `SERVER__TOOL`) is performed by an
+//! [`ExternalTools`] the executor is given: the tool registry (`crate::tools`)
+//! implements it. The trait lives here so the executor calls the registry without
+//! depending on it, the way it calls every other runner.
+//!
 //! | module | what it runs |
 //! |---|---|
 //! | `shell` | `shell` steps: a program (argv) or a script with `$1`, `$2`... |
@@ -130,6 +136,36 @@ impl StepFailure {
     }
 }
 
+/// Tools performed outside these runners, by name: the tool registry's MCP tools,
+/// for the `tool` steps that call them. An implementation checks the inputs against
+/// the tool's input schema before calling (a `validation` failure), keeps to the
+/// attempt's timeout (the tool's own when the attempt has none), classes every
+/// failure into an [`ErrorClass`] (so a workflow's error handlers act on it like on
+/// any step's) and reports the tool's cost per call as the attempt's cost.
+#[async_trait::async_trait]
+pub trait ExternalTools: Send + Sync {
+    async fn call(
+        &self,
+        attempt: &Attempt<'_>,
+        tool: &str,
+        inputs: &Map<String, Value>,
+    ) -> Result<StepSuccess, StepFailure>;
+}
+
+/// What a worker without a registry says of a registry tool: another worker (one
+/// given the tools directory) may perform it, so it is a `dependency` failure, which
+/// handlers may retry.
+pub fn no_external_tools(tool: &str) -> StepFailure {
+    StepFailure::new(
+        ErrorClass::Dependency,
+        format!(
+            "tool `{tool}` is a tool of the tool registry (not built in, not declared in the \
+             workflow), and this worker was started without one: give it the tools directory \
+             (`--tools-dir`, `AWL_TOOLS_DIR`) that declares it"
+        ),
+    )
+}
+
 /// What the runners are set up with; [`Default`] gives the documented defaults.
 #[derive(Debug, Clone)]
 pub struct RunnersConfig {
@@ -151,6 +187,29 @@ pub struct RunnersConfig {
     pub connect_timeout: Duration,
     /// The time source of the circuit breakers (the system clock; tests inject one).
     pub clock: Arc<dyn Monotonic>,
+    /// Where `notify` steps with `chat:` post (the chat file's channels); none: such a
+    /// step fails with class `validation` saying so.
+    pub chat: Option<ChatTarget>,
+}
+
+/// Posts a `notify` step's text to a named chat channel (awl's `chat` module does).
+pub trait ChatPoster: Send + Sync {
+    /// Post `text` to `channel`; where the message went.
+    fn post<'a>(
+        &'a self,
+        channel: &'a str,
+        text: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<Value, StepFailure>>;
+}
+
+/// The chat channels `notify` steps post to.
+#[derive(Clone)]
+pub struct ChatTarget(pub Arc<dyn ChatPoster>);
+
+impl std::fmt::Debug for ChatTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChatTarget")
+    }
 }
 
 impl Default for RunnersConfig {
@@ -163,6 +222,7 @@ impl Default for RunnersConfig {
             max_rows: 10_000,
             database_max_connections: 5,
             connect_timeout: Duration::from_secs(10),
+            chat: None,
             clock: Arc::new(SystemMonotonic),
         }
     }
@@ -247,12 +307,16 @@ impl Runners {
         self.guarded(key, database::run(db, config, a, step)).await
     }
 
-    /// Run a `notify` step: record the message and, with a `url`, post it.
+    /// Run a `notify` step: record the message and post it to its `chat` channel or
+    /// its `url`.
     pub async fn notify(
         &self,
         a: &Attempt<'_>,
         step: &NotifyStep,
     ) -> Result<StepSuccess, StepFailure> {
+        if let Some(channel) = &step.chat {
+            return self.notify_chat(a, step, channel).await;
+        }
         let Some(url) = &step.url else {
             return Ok(StepSuccess::output(http::notify_record(step, None)));
         };
@@ -261,6 +325,37 @@ impl Runners {
         let key = format!("http:{}", request.host_key());
         self.guarded(key, http::send_notify(client, a, step, request))
             .await
+    }
+
+    /// A `notify` step's message posted to chat channel `channel`.
+    async fn notify_chat(
+        &self,
+        a: &Attempt<'_>,
+        step: &NotifyStep,
+        channel: &str,
+    ) -> Result<StepSuccess, StepFailure> {
+        let Some(chat) = &self.inner.config.chat else {
+            return Err(StepFailure::validation(format!(
+                "`chat: {channel}`: this process has no chat file (--chat-config, or \
+                 ./chat.yaml)"
+            )));
+        };
+        let text = http::notify_text(step);
+        let posted = match a.timeout {
+            Some(limit) => tokio::time::timeout(limit, chat.0.post(channel, &text))
+                .await
+                .map_err(|_| {
+                    StepFailure::new(
+                        ErrorClass::Timeout,
+                        format!("chat channel `{channel}` did not answer within {limit:?}"),
+                    )
+                })?,
+            None => chat.0.post(channel, &text).await,
+        }?;
+        let mut record = http::notify_record(step, None);
+        record["delivered"] = Value::Bool(true);
+        record["chat"] = posted;
+        Ok(StepSuccess::output(record))
     }
 
     /// Run a built-in tool (`awl::workflow::BUILTIN_TOOLS`); exempt from circuit

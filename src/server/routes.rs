@@ -17,7 +17,7 @@ use super::AppState;
 use super::dashboard;
 use super::rest::meta::{Health, Readiness};
 use super::rest::{
-    agents, hooks, learning, live, meta, runs, schedules, solve, tasks, tokens, views,
+    agents, chat, hooks, learning, live, meta, runs, schedules, solve, tasks, tokens, views,
 };
 use super::wire::*;
 
@@ -124,6 +124,11 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(POST "/api/v1/workflows/{name}/pause", Operate, "runs", "Pause a whole workflow: its active runs start no new step (steps in flight finish) and new runs start paused, until it is resumed. The bulk action over its runs is carried out in the background.", runs::pause_workflow, req: Some(s::<RunActionRequest>), res: Some(s::<WorkflowControlView>), 202),
         route!(POST "/api/v1/workflows/{name}/resume", Operate, "runs", "Resume a paused workflow: the runs its pause held go on (runs paused one by one stay paused).", runs::resume_workflow, req: Some(s::<RunActionRequest>), res: Some(s::<WorkflowControlView>), 202),
         route!(POST "/api/v1/archive", Admin, "runs", "Move runs that finished more than older_than_seconds ago out of the hot log into the archive table (their views, status and history stay readable); dry_run counts them.", runs::archive, req: Some(s::<ArchiveRequest>), res: Some(s::<ArchiveView>), 200),
+        // chat (no token: each service's signature is checked instead)
+        route!(POST "/api/v1/chat/slack/interactions", Public, "chat", "Slack's interactivity URL: button clicks (gates, reviews, questions) and the forms they open. No token: the X-Slack-Signature (v0 HMAC-SHA256 under the app's signing secret) and X-Slack-Request-Timestamp (within 5 minutes) are checked, and a request seen before is refused (401). The clicking user must be mapped (`awl chat users`).", chat::slack_interactions, req: None, res: None, 200),
+        route!(POST "/api/v1/chat/slack/commands", Public, "chat", "Slack's slash command URL: `/awl send PROMPT`, `/awl status RUN`, `/awl tasks`, answered privately. Signed like the interactivity URL.", chat::slack_commands, req: None, res: None, 200),
+        route!(POST "/api/v1/chat/slack/events", Public, "chat", "Slack's Events API URL: the URL check, and message events: a mapped user's reply in the thread of a question awl posted answers it. Signed like the interactivity URL.", chat::slack_events, req: None, res: None, 200),
+        route!(POST "/api/v1/chat/discord/interactions", Public, "chat", "Discord's interactions endpoint: PING, button clicks, forms (modals) and `/awl` commands. No token: the X-Signature-Ed25519 over X-Signature-Timestamp and the body under the application's public key is checked (401 otherwise).", chat::discord_interactions, req: None, res: None, 200),
         // webhooks
         route!(POST "/api/v1/hooks/{name}", Public, "hooks", "A webhook delivery: starts the run of the workflow declaring hook NAME. No token: the Standard Webhooks signature (webhook-id, webhook-timestamp, webhook-signature) under the hook's secret is checked, and a delivery signed more than the hook's tolerance from now is refused (401). A delivery sent again answers with the run it started (200).", hooks::deliver, req: None, res: Some(s::<StartedRun>), 201),
         // schedules

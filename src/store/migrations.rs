@@ -79,6 +79,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "token teams",
         include_str!("../../migrations/postgres/0014_token_teams.sql"),
     ),
+    (
+        15,
+        "chat",
+        include_str!("../../migrations/postgres/0015_chat.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -151,6 +156,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         14,
         "token teams",
         include_str!("../../migrations/sqlite/0014_token_teams.sql"),
+    ),
+    (
+        15,
+        "chat",
+        include_str!("../../migrations/sqlite/0015_chat.sql"),
     ),
 ];
 

@@ -10,6 +10,7 @@
 pub mod appender;
 mod archive;
 mod backend;
+mod chat;
 pub mod command;
 mod decode;
 pub mod domain_io;
@@ -32,6 +33,7 @@ mod tx;
 mod wakeups;
 
 pub use archive::Archived;
+pub use chat::ChatUser;
 
 use std::sync::Arc;
 use std::time::Duration;

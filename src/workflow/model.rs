@@ -97,6 +97,53 @@ pub struct Workflow {
     /// time, which is not a failure.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rate_limits: Vec<super::flow::RateLimitSpec>,
+    /// Which of its runs' notices go to which channel of the chat file (`awl serve
+    /// --chat-config`), besides the chat file's own routes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chat: Vec<ChatRoute>,
+}
+
+/// Notices of `events` go to chat channel `channel` (a name of the chat file).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatRoute {
+    #[schemars(length(min = 1))]
+    pub events: Vec<ChatNotice>,
+    pub channel: String,
+}
+
+/// What can be told in chat.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatNotice {
+    /// A run failed.
+    RunFailed,
+    /// A gate waits for a decision (with Approve and Reject buttons).
+    GateWaiting,
+    /// A task is BLOCKED with a question (answered from a form or a thread reply).
+    TaskBlocked,
+    /// Work was submitted for review (with Approve and Request changes buttons).
+    ReviewRequested,
+}
+
+impl ChatNotice {
+    pub const ALL: [ChatNotice; 4] = [
+        Self::RunFailed,
+        Self::GateWaiting,
+        Self::TaskBlocked,
+        Self::ReviewRequested,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RunFailed => "run_failed",
+            Self::GateWaiting => "gate_waiting",
+            Self::TaskBlocked => "task_blocked",
+            Self::ReviewRequested => "review_requested",
+        }
+    }
 }
 
 /// One input of a workflow.
@@ -266,7 +313,8 @@ impl StepKind {
     }
 }
 
-/// Run a registered tool: a built-in, or one declared under `tools:`.
+/// Run a tool: a built-in, one declared under `tools:`, or one of the tool registry
+/// (a tool of the tools directory, or an MCP server's `SERVER__TOOL`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolStep {
     /// The tool's name.
@@ -529,9 +577,14 @@ pub struct DatabaseStep {
 pub struct NotifyStep {
     /// The message; may be a template.
     pub message: String,
-    /// The webhook URL; may be a template. Without it, the message is only recorded.
+    /// The webhook URL; may be a template. Without it (and without `chat`), the
+    /// message is only recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// A channel of the chat file (`awl serve --chat-config`) to post to, by name: a
+    /// Slack or Discord channel or webhook. Taken over `url` when both are given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<String>,
     /// People or channels to mention.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mentions: Vec<String>,

@@ -577,7 +577,8 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
             "audit",
             "learning",
             "proposals",
-            "model_use"
+            "model_use",
+            "chat"
         ]
     );
     server.shutdown().await.unwrap();

@@ -3,6 +3,7 @@
 //! process with an API client and tokens, and (in [`events`]) readers of a run's
 //! events.
 
+pub mod chat;
 pub mod cli;
 pub mod cluster;
 pub mod events;

@@ -11,6 +11,7 @@ mod agents;
 mod analytics;
 mod audit;
 mod board;
+mod chat;
 mod models;
 mod runs;
 
@@ -32,6 +33,7 @@ pub use board::{
     BoardFilter, BoardRow, BoardSnapshot, EndedFilter, StoredState, board, board_snapshot,
     column_counts, ended_tasks,
 };
+pub use chat::chat_notice;
 pub use models::{
     ModelGroup, ModelUseDay, ModelUseFilter, ModelUseStats, SolveFilter, SolveRow, model_use,
     solves,

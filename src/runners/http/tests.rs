@@ -66,6 +66,7 @@ fn webhook_body_suits_slack_and_discord() {
     let step = NotifyStep {
         message: "deployed".into(),
         url: None,
+        chat: None,
         mentions: vec!["alice".into(), "@bob".into()],
     };
     let body = webhook_body(&step);

@@ -3,6 +3,7 @@
 //! (the board, runs, the read-model queries) and shapes the answer. No rule lives here.
 
 pub mod agents;
+pub mod chat;
 pub mod hooks;
 pub mod learning;
 pub mod live;
