@@ -138,6 +138,24 @@ impl AgentDefinition {
         self.file.concurrency.unwrap_or(4)
     }
 
+    /// How long a solve of this agent may go without a recorded event while its runner
+    /// lives: twice the longest one step can take (a model call with all its retries
+    /// and waits between them, or its slowest tool of `registry`). A solve idle for
+    /// longer has lost its runner, and another process may carry it on.
+    pub fn abandoned_after(&self, registry: &Registry) -> Duration {
+        let e = self.endpoint();
+        let model = e.timeout * (e.max_retries + 1) + e.max_retry_wait * e.max_retries;
+        let tools = self
+            .file
+            .tools
+            .iter()
+            .filter_map(|t| registry.get(t))
+            .map(|t| t.timeout)
+            .max()
+            .unwrap_or_default();
+        model.max(tools) * 2
+    }
+
     /// Where its model is, with the key read from the environment now.
     pub fn endpoint(&self) -> Endpoint {
         let spec = &self.file.model;

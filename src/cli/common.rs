@@ -89,6 +89,29 @@ pub fn runners() -> Runners {
     })
 }
 
+/// The step runners, with `notify` steps' `chat:` channels from `chat`.
+pub fn runners_with_chat(
+    chat: Option<std::sync::Arc<crate::chat::ChatConfig>>,
+) -> anyhow::Result<Runners> {
+    let chat = match chat {
+        Some(config) => Some(crate::runners::ChatTarget(std::sync::Arc::new(
+            crate::chat::Sender::new(config)?,
+        ))),
+        None => None,
+    };
+    Ok(Runners::new(RunnersConfig {
+        connections: connections(),
+        chat,
+        ..RunnersConfig::default()
+    }))
+}
+
+/// The chat file `AWL_CHAT_CONFIG` names, or `./chat.yaml` when it exists.
+pub fn chat_from_env() -> anyhow::Result<Option<std::sync::Arc<crate::chat::ChatConfig>>> {
+    let named = std::env::var_os("AWL_CHAT_CONFIG").map(std::path::PathBuf::from);
+    Ok(super::chat::chat_file(named.as_deref())?.map(std::sync::Arc::new))
+}
+
 /// Wait for Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
     #[cfg(unix)]

@@ -10,6 +10,7 @@ mod approve;
 mod archive;
 mod bulk;
 mod cancel;
+mod chat;
 mod check;
 mod client;
 mod common;
@@ -20,6 +21,7 @@ mod list;
 mod output;
 mod pause;
 mod projections;
+mod registry;
 mod reject;
 mod replay;
 mod rerun;
@@ -117,6 +119,9 @@ enum Command {
     /// Manage API tokens (admin, operator, agent, viewer).
     #[command(subcommand)]
     Token(tokens::TokenCommand),
+    /// Slack and Discord: the chat users allowed to act, and a test message.
+    #[command(subcommand)]
+    Chat(chat::ChatCommand),
     /// Check workflow files: every problem, with file, line, column and field.
     Validate(validate::ValidateArgs),
     /// Verify the store's log: stream versions, one outcome per step attempt, gate
@@ -182,7 +187,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     // Commands that need no store.
     match cli.command {
         Command::Validate(args) => {
-            return if validate::run(args)? {
+            return if validate::run(args, &cli.declarations).await? {
                 Ok(())
             } else {
                 Err(Invalid.into())
@@ -203,8 +208,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Events(args) => events::run(&open(&location, true).await?, args).await,
-        Command::Run(args) => run::run(open_for_work(&location).await?, args).await,
-        Command::Worker(args) => worker::worker(open_for_work(&location).await?, args).await,
+        Command::Run(args) => {
+            run::run(open_for_work(&location).await?, args, &cli.declarations).await
+        }
+        Command::Worker(args) => {
+            worker::worker(open_for_work(&location).await?, args, &cli.declarations).await
+        }
         Command::List(args) => list::list(open(&location, true).await?, args).await,
         Command::Status(args) => status::status(open(&location, true).await?, args).await,
         Command::Approve(args) => approve::approve(open(&location, true).await?, args).await,
@@ -215,7 +224,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schedules(args) => {
             schedules::schedules(open_for_work(&location).await?, args).await
         }
-        Command::Rerun(args) => rerun::rerun(open_for_work(&location).await?, args).await,
+        Command::Rerun(args) => {
+            rerun::rerun(open_for_work(&location).await?, args, &cli.declarations).await
+        }
         Command::Workflows(args) => workflows::workflows(open(&location, true).await?, args).await,
         Command::Resume(args) => resume::resume(open(&location, true).await?, args).await,
         Command::Replay(args) => replay::replay(open(&location, true).await?, args).await,
@@ -263,6 +274,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             review::review(store, command).await
         }
         Command::Token(command) => tokens::run(open(&location, true).await?, command).await,
+        Command::Chat(command) => {
+            let store = match &command {
+                chat::ChatCommand::Test { .. } => None,
+                chat::ChatCommand::Users(_) => Some(open(&location, true).await?),
+            };
+            chat::run(store, command).await
+        }
         Command::Check(args) => check::check(open(&location, false).await?, args).await,
         Command::Forget(args) => forget::forget(open(&location, true).await?, args).await,
         Command::Archive(args) => archive::archive(open(&location, true).await?, args).await,

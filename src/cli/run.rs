@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -19,11 +20,16 @@ use crate::domain::ids::RunId;
 use crate::domain::run::{Run, RunEvent, RunOutcome, RunStatus};
 use crate::executor::{Worker, WorkerConfig};
 use crate::log::{EventFilter, StreamType};
+use crate::runners::ExternalTools;
 use crate::runs::{Runs, RunsError};
 use crate::store::{EventStore, domain_io};
 
 use super::Invalid;
-use super::common::{actor, allowed_env, between, human, owner, runners, secrets};
+use super::agents::Declarations;
+use super::common::{
+    actor, allowed_env, between, chat_from_env, human, owner, runners_with_chat, secrets,
+};
+use super::registry::WorkflowTools;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -99,14 +105,28 @@ fn invalid(e: RunsError) -> anyhow::Error {
     }
 }
 
-pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
+pub async fn run(
+    store: EventStore,
+    args: RunArgs,
+    declarations: &Declarations,
+) -> anyhow::Result<()> {
     let by = actor(&args.by);
     let runs = Runs::new(store.clone(), system_clock());
     // The run's events all come after the head now: follow from there, not from the
     // start of a log that may hold millions of events.
     let head = store.head().await?;
-    let (started, registered) = runs
-        .start_file(&args.file, parse_vars(&args.vars)?, &by)
+    let vars = parse_vars(&args.vars)?;
+    // The file may name the registry's tools: its directory tools are copied into the
+    // registered version, its MCP tools performed here through the registry.
+    let mut tools = WorkflowTools::load(declarations)?;
+    let (started, registered) = tools
+        .check(
+            |e| matches!(e, RunsError::Definition(DefinitionError::Invalid(_))),
+            async |known| {
+                runs.start_file_with(&args.file, vars.clone(), &by, known)
+                    .await
+            },
+        )
         .await
         .map_err(invalid)?;
     if args.how.shows_progress() {
@@ -118,18 +138,21 @@ pub async fn run(store: EventStore, args: RunArgs) -> anyhow::Result<()> {
             store.location()
         );
     }
-    execute(&store, &runs, started.run_id, head, &args.how).await
+    let performer = (!args.how.detach).then(|| tools.performer());
+    execute(&store, &runs, started.run_id, head, &args.how, performer).await
 }
 
 /// Carry `run_id` out as `how` says: with `--detach`, print its id and leave it to
 /// workers; else here with a worker of its own, printing its events from `head` on,
 /// exiting non-zero unless it succeeds (an interrupt leaves it to `awl worker`).
+/// `tools` performs the registry tools (MCP tools) its steps call.
 pub(super) async fn execute(
     store: &EventStore,
     runs: &Runs,
     run_id: RunId,
     head: i64,
     how: &Execution,
+    tools: Option<Arc<dyn ExternalTools>>,
 ) -> anyhow::Result<()> {
     if how.detach {
         if how.json {
@@ -146,7 +169,13 @@ pub(super) async fn execute(
     config.secrets = mask;
     config.history_limit = how.history_limit;
     config.history_bytes = how.history_bytes;
-    let worker = Worker::new(store.clone(), runners(), config, system_clock());
+    config.tools = tools;
+    let worker = Worker::new(
+        store.clone(),
+        runners_with_chat(chat_from_env()?)?,
+        config,
+        system_clock(),
+    );
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut work = tokio::spawn(worker.run(stop_rx));
     let progress = tokio::spawn(follow(store.clone(), run_id, head, how.json));

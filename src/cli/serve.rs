@@ -14,7 +14,7 @@ use crate::executor::WorkerConfig;
 use crate::server::{self, ServeConfig};
 use crate::store::EventStore;
 
-use super::common::{actor, allowed_env, owner, runners, secrets, shutdown_signal};
+use super::common::{actor, allowed_env, owner, runners_with_chat, secrets, shutdown_signal};
 use super::time_arg::parse_age;
 
 #[derive(Debug, Args)]
@@ -93,6 +93,15 @@ pub struct ServeArgs {
     /// `awl learn mine` or `POST /api/v1/learn/mine`).
     #[arg(long, env = "AWL_LEARN_EVERY", default_value_t = 5)]
     learn_every: u64,
+    /// Carry on a solve asked directly (API, MCP, `awl ask`) once its last event is
+    /// this many seconds old: its process died (0: each agent's own limit, twice the
+    /// longest step it may take).
+    #[arg(long, env = "AWL_SOLVE_ABANDONED_AFTER", default_value_t = 0)]
+    solve_abandoned_after: u64,
+    /// The chat file: Slack and Discord channels, which notices go where, the apps'
+    /// credentials by environment variable (default: ./chat.yaml when it exists).
+    #[arg(long, env = "AWL_CHAT_CONFIG")]
+    chat_config: Option<std::path::PathBuf>,
     /// Successful executions a tool sequence needs before it is proposed.
     #[arg(long, env = "AWL_LEARN_MIN_SUCCESSES", default_value_t = 3)]
     learn_min_successes: u64,
@@ -109,7 +118,7 @@ pub async fn run(
     let registry = declarations.registry_with_mcp().await?;
     let agents = declarations.definitions(&registry)?;
     for dir in &args.workflows {
-        register_dir(&store, dir).await?;
+        register_dir(&store, dir, &registry.known_tools()).await?;
     }
     let mut config = ServeConfig::new(args.bind);
     config.body_limit = args.body_limit;
@@ -137,6 +146,9 @@ pub async fn run(
     config.learn_every = (args.learn_every > 0).then(|| Duration::from_secs(args.learn_every));
     config.tools = Some(registry);
     config.agents = agents;
+    config.chat = super::chat::chat_file(args.chat_config.as_deref())?.map(std::sync::Arc::new);
+    config.solve_abandoned_after =
+        (args.solve_abandoned_after > 0).then(|| Duration::from_secs(args.solve_abandoned_after));
     if !args.no_worker {
         let mut worker = WorkerConfig::new(owner("serve"));
         worker.env = allowed_env(&args.env_allow);
@@ -148,7 +160,8 @@ pub async fn run(
         config.worker = Some(worker);
     }
     let location = store.location().clone();
-    let server = server::start(store, config, runners(), system_clock()).await?;
+    let runners = runners_with_chat(config.chat.clone())?;
+    let server = server::start(store, config, runners, system_clock()).await?;
     eprintln!(
         "awl serve: listening on http://{} (store: {location})",
         server.addr
@@ -193,7 +206,11 @@ fn retention(args: &ServeArgs) -> anyhow::Result<Option<crate::runs::Retention>>
     Ok(Some(crate::runs::Retention { older_than, every }))
 }
 
-async fn register_dir(store: &EventStore, dir: &std::path::Path) -> anyhow::Result<()> {
+async fn register_dir(
+    store: &EventStore,
+    dir: &std::path::Path,
+    known: &crate::workflow::KnownTools,
+) -> anyhow::Result<()> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| anyhow::anyhow!("cannot read workflow directory {}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -202,7 +219,7 @@ async fn register_dir(store: &EventStore, dir: &std::path::Path) -> anyhow::Resu
     files.sort();
     for file in files {
         let registered =
-            definitions::register_file(store, &file, &actor(&None), Utc::now()).await?;
+            definitions::register_file_with(store, &file, &actor(&None), Utc::now(), known).await?;
         eprintln!(
             "awl serve: registered {} {} from {}",
             registered.name,

@@ -1,5 +1,7 @@
 //! `awl worker`: carry out due runs until stopped. Several workers can share one
-//! database; Ctrl-C (or SIGTERM) finishes work in flight and gives runs back.
+//! database; Ctrl-C (or SIGTERM) finishes work in flight and gives runs back. The MCP
+//! tools workflow steps call are called through the tools directory's registry
+//! (`--tools-dir`), which each worker loads.
 
 use std::time::Duration;
 
@@ -12,7 +14,11 @@ use crate::executor::{Worker, WorkerConfig};
 use crate::server;
 use crate::store::EventStore;
 
-use super::common::{allowed_env, owner, runners, secrets, shutdown_signal};
+use super::agents::Declarations;
+use super::common::{
+    allowed_env, chat_from_env, owner, runners_with_chat, secrets, shutdown_signal,
+};
+use super::registry::WorkflowTools;
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
@@ -41,8 +47,15 @@ pub struct WorkerArgs {
     history_bytes: u64,
 }
 
-pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
+pub async fn worker(
+    store: EventStore,
+    args: WorkerArgs,
+    declarations: &Declarations,
+) -> anyhow::Result<()> {
     let mut config = WorkerConfig::new(owner("worker"));
+    // The MCP tools workflow steps call are performed through the tools directory's
+    // registry (each server's session started at its first call).
+    config.tools = Some(WorkflowTools::load(declarations)?.performer());
     config.batch = args.batch.max(1);
     config.lease = Duration::from_secs(args.lease_seconds.max(1));
     config.env = allowed_env(&args.env_allow);
@@ -60,7 +73,12 @@ pub async fn worker(store: EventStore, args: WorkerArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot serve /metrics on {addr}"))?;
         eprintln!("awl worker: /metrics on http://{bound}/metrics");
     }
-    let worker = Worker::new(store, runners(), config, system_clock());
+    let worker = Worker::new(
+        store,
+        runners_with_chat(chat_from_env()?)?,
+        config,
+        system_clock(),
+    );
     tokio::spawn(async move {
         shutdown_signal().await;
         eprintln!("stopping: finishing work in flight, then giving runs back");

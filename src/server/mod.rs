@@ -13,6 +13,7 @@
 //! Shutdown stops accepting connections, ends long polls with no task, lets in-flight
 //! requests finish, stops the worker (which gives its runs back) and closes the store.
 
+mod abandoned_solves;
 mod auth_layer;
 pub mod builtin_agents;
 pub mod caller;
@@ -76,6 +77,8 @@ pub struct AppState {
     pub ready_max_lag: i64,
     /// Long polls open per token.
     pub waits: waits::WaitSlots,
+    /// What Slack and Discord send (none without a chat file).
+    pub chat: Option<crate::chat::incoming::Incoming>,
 }
 
 /// How the server runs.
@@ -110,10 +113,18 @@ pub struct ServeConfig {
     /// How often the learner proposes what mining found (`None`: only when asked,
     /// with `awl learn mine` or `POST /api/v1/learn/mine`).
     pub learn_every: Option<Duration>,
-    /// The tool registry (`None`: the built-in tools).
+    /// The tool registry (`None`: the built-in tools): awl's own agents call it, and
+    /// the executor here performs through it the MCP tools workflow steps call (unless
+    /// its `WorkerConfig` was given a performer of its own).
     pub tools: Option<crate::tools::Registry>,
     /// awl's own agents (checked against `tools`).
     pub agents: Vec<crate::agents::AgentDefinition>,
+    /// A direct solve (asked over the API, MCP or the CLI) whose last event is older
+    /// than this lost its runner and is carried on here (`None`: each agent's own
+    /// limit, twice the longest step it may take).
+    pub solve_abandoned_after: Option<Duration>,
+    /// Slack and Discord: the channels, routes and apps (none: no chat).
+    pub chat: Option<Arc<crate::chat::ChatConfig>>,
 }
 
 impl ServeConfig {
@@ -136,6 +147,8 @@ impl ServeConfig {
             learn_every: Some(Duration::from_secs(5)),
             tools: None,
             agents: Vec::new(),
+            solve_abandoned_after: None,
+            chat: None,
         }
     }
 }
@@ -215,6 +228,13 @@ pub async fn start(
             source,
         })?;
     let addr = listener.local_addr()?;
+    let chat_sender = match &config.chat {
+        Some(chat) => Some(
+            crate::chat::Sender::new(chat.clone())
+                .map_err(|e| ServeError::Io(std::io::Error::other(e)))?,
+        ),
+        None => None,
+    };
     // The read models' tables exist before the first request (a view asked for at once
     // is empty or behind, never missing); catching up and rebuilds go on in the
     // background. The board starts from its projection's live rows.
@@ -248,6 +268,15 @@ pub async fn start(
         openapi: Arc::new(openapi::document(&routes())),
         ready_max_lag: config.ready_max_lag,
         waits: waits::WaitSlots::new(config.max_waits_per_token),
+        chat: chat_sender.clone().map(|sender| {
+            crate::chat::incoming::Incoming::new(
+                store.clone(),
+                Runs::new(store.clone(), clock.clone()),
+                board.clone(),
+                sender,
+                clock.clone(),
+            )
+        }),
     };
     let agents = state.agents.clone();
     let mcp_stop = CancellationToken::new();
@@ -306,7 +335,28 @@ pub async fn start(
     // awl's own agents that take board tasks; a solve cut off by shutdown is carried
     // on when its task comes back.
     let builtin = builtin_agents::start(&board, &agents, &stop_rx).await;
-    let worker = config.worker.clone().map(|wc| {
+    // Slack and Discord are told what the chat file's routes ask for.
+    if let Some(sender) = chat_sender {
+        let notifier = crate::chat::Notifier::new(store.clone(), sender, clock.clone());
+        tokio::spawn(notifier.run(stop_rx.clone()));
+    }
+    // Direct solves whose process died are carried on by any server with their agent.
+    if agents.list().next().is_some() {
+        tokio::spawn(abandoned_solves::carry_on_every(
+            agents.clone(),
+            store.clone(),
+            clock.clone(),
+            config.sweep_every,
+            config.solve_abandoned_after,
+            stop_rx.clone(),
+        ));
+    }
+    let worker = config.worker.clone().map(|mut wc| {
+        if wc.tools.is_none()
+            && let Some(registry) = &config.tools
+        {
+            wc.tools = Some(Arc::new(registry.clone()));
+        }
         let worker = Worker::new(store.clone(), runners, wc, clock.clone());
         let stop = stop_rx.clone();
         tokio::spawn(async move { worker.run(stop).await })

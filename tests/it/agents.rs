@@ -3,7 +3,9 @@
 //! turns with the conversation the model is sent, malformed tool arguments handed back
 //! to the model, a model that never stops calling tools, a 429 with `Retry-After`, a
 //! streamed reply, budgets that stop a solve before a call would exceed them, and a
-//! solve whose process died during execute carried on without asking the model again.
+//! solve whose process died during execute carried on without asking the model again
+//! (by hand, and by a server once it was abandoned); model use per model, agent and
+//! workflow.
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use awl::agents::{AgentDefinition, Agents, Observer, SolveResult, Unobserved, lo
 use awl::clock::system_clock;
 use awl::domain::ids::SolveId;
 use awl::domain::run::ErrorClass;
-use awl::domain::solve::SolveEvent;
+use awl::domain::solve::{Origin, SolveEvent};
 use awl::log::{EventFilter, StreamType};
 use awl::runners::{Runners, RunnersConfig};
 use awl::store::EventStore;
@@ -33,6 +35,8 @@ on_both_stores!(worker_threads = 2;
     solves_over_http_whole_and_streamed_with_roles_and_bad_input,
     a_builtin_agent_does_a_workflow_agent_step_and_only_the_tasks_it_may_take,
     an_agent_is_asked_over_mcp_with_progress_for_each_phase,
+    model_use_is_counted_per_model_agent_and_workflow,
+    a_direct_solve_whose_process_died_is_carried_on_by_a_server,
 );
 
 const TOOLS: &str = r#"
@@ -98,7 +102,7 @@ async fn ask(agents: &Agents, prompt: &str) -> SolveResult {
             SolveId::new(),
             "counter",
             prompt,
-            None,
+            Origin::default(),
             "user:ada",
             &mut Unobserved,
         )
@@ -330,7 +334,7 @@ async fn a_streamed_reply_reaches_the_observer_as_it_comes(backend: Backend) {
             SolveId::new(),
             "counter",
             "Count a b c.",
-            None,
+            Origin::default(),
             "user:ada",
             &mut watcher,
         )
@@ -424,7 +428,7 @@ async fn a_solve_that_died_during_execute_resumes_without_asking_the_model_again
             id,
             "counter",
             "Count a b.",
-            None,
+            Origin::default(),
             "user:ada",
             &mut Unobserved,
         ),
@@ -881,4 +885,253 @@ async fn an_agent_is_asked_over_mcp_with_progress_for_each_phase(backend: Backen
         out.status
     );
     server.shutdown().await.unwrap();
+}
+
+/// Model use, counted by the model_use projection from the solves' events: per model,
+/// agent and workflow (a workflow's agent step done by the built-in agent, and a
+/// question asked directly), the solves listed with what they worked for, and the
+/// projection equal to a fold of the log.
+async fn model_use_is_counted_per_model_agent_and_workflow(backend: Backend) {
+    use crate::support::server::{Api, config, serve_with, tokens};
+    use crate::support::wait_for;
+    use reqwest::Method;
+
+    let db = TestStore::new(backend).await;
+    let model = ScriptedServer::start([
+        Scripted::tool_calls(&[("word_count", r#"{"text": "one two three"}"#)]),
+        Scripted::text("3 words."),
+        Scripted::text("Hello."),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let price = "  price: {input_per_million: 1000, output_per_million: 2000}\n";
+    let (registry, definitions) = declared(dir.path(), &model, "board: true\n", price);
+    let file = dir.path().join("count-words.awl.yaml");
+    std::fs::write(&file, BUILTIN_WORKFLOW).unwrap();
+    awl::definitions::register_file(&db.store, &file, "test", chrono::Utc::now())
+        .await
+        .expect("register");
+    let tk = tokens(&db.store, &[]).await;
+    let mut config = config();
+    config.tools = Some(registry);
+    config.agents = definitions;
+    config.worker = Some(awl::executor::WorkerConfig::new("model-use-test"));
+    let awl = serve_with(&db.store, config, system_clock()).await;
+    let api = Api::of(&awl);
+
+    let started = api
+        .ok(
+            &tk.operator,
+            Method::POST,
+            "/api/v1/runs",
+            json!({"workflow": "count-words", "inputs": {"text": "one two three"}}),
+        )
+        .await;
+    let run = started["run_id"].as_str().unwrap().to_string();
+    wait_for(30, "the run to succeed", async || {
+        let view = api
+            .fetch(Some(&tk.viewer), &format!("/api/v1/runs/{run}"))
+            .await;
+        (view["status"] == "SUCCEEDED").then_some(view)
+    })
+    .await;
+    let direct = api
+        .ok_post(
+            &tk.operator,
+            "/api/v1/solve",
+            json!({"agent": "counter", "prompt": "Say hello."}),
+        )
+        .await;
+    assert_eq!(direct["status"], "finished", "{direct}");
+
+    // The solves, newest first, with what they worked for.
+    let solves = wait_for(10, "both solves in the view", async || {
+        let page = api
+            .fetch(Some(&tk.viewer), "/api/v1/views/solves?status=finished")
+            .await;
+        (page["rows"].as_array().map(Vec::len) == Some(2)).then_some(page)
+    })
+    .await;
+    let rows = solves["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["solve_id"], direct["solve_id"], "{solves:#}");
+    assert_eq!(rows[0]["workflow"], "");
+    assert!(rows[0]["task_id"].is_null());
+    assert_eq!(rows[1]["workflow"], "count-words", "{solves:#}");
+    assert_eq!(rows[1]["run_id"], run.as_str());
+    assert!(rows[1]["task_id"].is_string());
+    assert_eq!(
+        (
+            rows[1]["model_calls"].clone(),
+            rows[1]["tool_calls"].clone()
+        ),
+        (json!(2), json!(1))
+    );
+    let solve_of_run = api
+        .get(
+            Some(&tk.viewer),
+            &format!("/api/v1/solves/{}", rows[1]["solve_id"].as_str().unwrap()),
+        )
+        .await;
+    assert_eq!(solve_of_run["workflow"], "count-words", "{solve_of_run}");
+
+    // Per model: every call, the tokens and cost the solves themselves report.
+    let per_model = api
+        .get(Some(&tk.viewer), "/api/v1/views/analytics/models?by=model")
+        .await;
+    assert_eq!(per_model.as_array().unwrap().len(), 1, "{per_model:#}");
+    let small = &per_model[0];
+    assert_eq!(small["key"], "small");
+    assert_eq!(
+        (small["solves"].clone(), small["finished"].clone()),
+        (json!(2), json!(2))
+    );
+    assert_eq!(small["calls"], 3);
+    assert_eq!(small["retries"], 0);
+    let total =
+        |field: &str| solve_of_run[field].as_u64().unwrap() + direct[field].as_u64().unwrap();
+    assert_eq!(
+        small["tokens_in"].as_u64(),
+        Some(total("tokens_in")),
+        "{small}"
+    );
+    assert_eq!(
+        small["tokens_out"].as_u64(),
+        Some(total("tokens_out")),
+        "{small}"
+    );
+    let cost = solve_of_run["cost_usd"].as_f64().unwrap() + direct["cost_usd"].as_f64().unwrap();
+    assert!(cost > 0.0);
+    assert!(
+        (small["cost_usd"].as_f64().unwrap() - cost).abs() < 1e-9,
+        "{small}"
+    );
+    assert!(
+        small["p50_latency_ms"].is_i64() && small["max_latency_ms"].is_i64(),
+        "{small}"
+    );
+    assert!(small["p50_latency_ms"].as_i64() <= small["max_latency_ms"].as_i64());
+    assert_eq!(small["by_day"].as_array().unwrap().len(), 1);
+    assert_eq!(small["by_day"][0]["calls"], 3);
+
+    // Per agent and per workflow.
+    let per_agent = api
+        .get(Some(&tk.viewer), "/api/v1/views/analytics/models?by=agent")
+        .await;
+    assert_eq!(per_agent[0]["key"], "counter");
+    assert_eq!(per_agent[0]["calls"], 3);
+    let per_workflow = api
+        .get(
+            Some(&tk.viewer),
+            "/api/v1/views/analytics/models?by=workflow",
+        )
+        .await;
+    let calls: Vec<(String, i64)> = per_workflow
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["key"].as_str().unwrap().to_string(),
+                w["calls"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(calls, [("".to_string(), 1), ("count-words".to_string(), 2)]);
+    let one = api
+        .get(
+            Some(&tk.viewer),
+            "/api/v1/views/analytics/models?by=agent&workflow=count-words",
+        )
+        .await;
+    assert_eq!(one[0]["calls"], 2, "{one}");
+    let (status, body) = api
+        .call(
+            Some(&tk.viewer),
+            Method::GET,
+            "/api/v1/views/analytics/models?by=colour",
+            None,
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{body}");
+    awl.shutdown().await.unwrap();
+
+    // The projection is what a fold of the log gives.
+    let differences = awl::projections::Projections::new(db.store.clone())
+        .verify("model_use")
+        .await
+        .expect("verify");
+    assert!(differences.is_empty(), "{differences:?}");
+}
+
+/// A question asked directly whose process died mid-solve is carried on by a server
+/// once it has been idle past the limit, without asking the model again for what was
+/// recorded.
+async fn a_direct_solve_whose_process_died_is_carried_on_by_a_server(backend: Backend) {
+    use crate::support::server::{Api, config, serve_with, tokens};
+    use crate::support::wait_for;
+
+    let db = TestStore::new(backend).await;
+    let model = ScriptedServer::start([
+        Scripted::tool_calls(&[
+            ("echo", r#"{"message": "fast"}"#),
+            ("slow_count", r#"{"text": "a b"}"#),
+        ]),
+        Scripted::text("Two words."),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (registry, definitions) = declared(dir.path(), &model, "", "");
+    let agents = Agents::new(
+        db.store.clone(),
+        definitions.clone(),
+        registry.clone(),
+        system_clock(),
+    )
+    .unwrap();
+    let id = SolveId::new();
+    let died = tokio::time::timeout(
+        Duration::from_millis(1_500),
+        agents.ask(
+            id,
+            "counter",
+            "Count a b.",
+            Origin::default(),
+            "user:ada",
+            &mut Unobserved,
+        ),
+    )
+    .await;
+    assert!(died.is_err(), "the solve was cut off during execute");
+    drop(agents);
+
+    let tk = tokens(&db.store, &[]).await;
+    let mut config = config();
+    config.tools = Some(registry);
+    config.agents = definitions;
+    config.solve_abandoned_after = Some(Duration::from_secs(1));
+    let awl = serve_with(&db.store, config, system_clock()).await;
+    let api = Api::of(&awl);
+    let done = wait_for(30, "the solve to be carried on", async || {
+        let solve = api
+            .fetch(Some(&tk.viewer), &format!("/api/v1/solves/{id}"))
+            .await;
+        (solve["status"] == "finished").then_some(solve)
+    })
+    .await;
+    assert_eq!(done["message"], "Two words.", "{done}");
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "the recorded reply was not asked again"
+    );
+    let events = recorded(&db.store, id).await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| *e == "solve.tool_finished")
+            .count(),
+        2,
+        "the recorded call was not run again: {events:?}"
+    );
+    awl.shutdown().await.unwrap();
 }

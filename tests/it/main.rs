@@ -8,7 +8,9 @@
 //! inputs, back-off, cancellation, no lost wake-ups) with `awl worker` child processes
 //! on both stores. `mcp` drives the MCP endpoint with the official MCP Python SDK
 //! (`tests/mcp/*.py`, from the virtualenv `scripts/test` provides) and raw HTTP;
-//! `mcp_tools` discovers and calls the tools of an MCP server written with that SDK.
+//! `mcp_tools` discovers and calls the tools of an MCP server written with that SDK;
+//! `registry_tools` runs workflows whose `tool` steps call the tools directory's and
+//! that server's tools.
 //! `control` pauses, resumes and cancels runs through the binary and the API.
 //! `golden` replays the recorded histories in `tests/golden/` through this build.
 //! Postgres is found through `AWL_TEST_DATABASE_URL` or `DATABASE_URL` (an admin
@@ -20,6 +22,8 @@ mod architecture;
 mod board;
 mod board_cli;
 mod board_start;
+mod chat;
+mod chat_standin;
 mod conformance;
 mod control;
 mod dashboard;
@@ -35,6 +39,7 @@ mod mcp_tools;
 mod models;
 mod observability;
 mod projections;
+mod registry_tools;
 mod runners;
 mod schedules;
 mod secrets;
