@@ -8,7 +8,9 @@
 //! posted. A task's questions are answered from Slack's form and from a reply in the
 //! question's thread, its review decided with a button; slash commands answer; a
 //! notify step and `awl chat test` post to a channel by name; a 429 is waited out; a chat service that is down
-//! never holds a run up, and the failed delivery is recorded.
+//! never holds a run up, and the failed delivery is recorded. Webhook channels of both
+//! services (Slack's cannot be edited: the outcome follows), a Discord 429, `/awl status`
+//! from both.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -18,8 +20,8 @@ use serde_json::{Value, json};
 
 use crate::support::chat::{
     ChatMessage, ChatServer, DISCORD_APPLICATION_ID, DISCORD_BOT_TOKEN, DiscordKey, Platform,
-    SLACK_BOT_TOKEN, SLACK_TEAM_ID, discord_component, discord_modal_submit, slack_block_action,
-    slack_form, slack_message_event, slack_signed_headers, slack_slash_command,
+    SLACK_BOT_TOKEN, SLACK_TEAM_ID, discord_command, discord_component, discord_modal_submit,
+    slack_block_action, slack_form, slack_message_event, slack_signed_headers, slack_slash_command,
     slack_url_verification, slack_view_submission, unix_now,
 };
 use crate::support::cli::Awl;
@@ -29,6 +31,7 @@ use crate::support::{Backend, TestStore, on_both_stores, wait_for};
 on_both_stores!(worker_threads = 2;
     gates_are_decided_from_slack_and_discord_and_their_messages_follow,
     questions_reviews_and_commands_from_chat_and_a_chat_outage_holds_nothing_up,
+    webhooks_of_both_services_a_discord_rate_limit_and_status_commands,
 );
 
 const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -115,6 +118,8 @@ async fn setup(
         .env("TEST_SLACK_SECRET", SIGNING_SECRET)
         .env("TEST_DISCORD_TOKEN", DISCORD_BOT_TOKEN)
         .env("TEST_DOWN_WEBHOOK", "http://127.0.0.1:9/hooks/down")
+        .env("TEST_SLACK_WEBHOOK", chat.slack_webhook_url())
+        .env("TEST_DISCORD_WEBHOOK", chat.discord_webhook_url())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -731,5 +736,115 @@ async fn questions_reviews_and_commands_from_chat_and_a_chat_outage_holds_nothin
     assert_eq!(
         status["status"], "WAITING",
         "the run waits at its gate, not for chat: {status}"
+    );
+}
+
+/// Webhook channels: Slack's (its messages cannot be edited, so the outcome follows
+/// as a new message) and Discord's (edited in place); a Discord 429 waited out; the
+/// status of a run asked from both services.
+async fn webhooks_of_both_services_a_discord_rate_limit_and_status_commands(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let chat = ChatServer::start().await;
+    chat.rate_limit_next(Platform::Discord, 1, Duration::from_millis(600));
+    let s = setup(
+        &t,
+        &chat,
+        "  swh: {slack_webhook_env: TEST_SLACK_WEBHOOK}\n  dwh: {discord_webhook_env: TEST_DISCORD_WEBHOOK}\n",
+        "  - {events: [gate_waiting], channel: swh}\n  - {events: [gate_waiting], channel: dwh}\n",
+    )
+    .await;
+    let run = s.start_run("5.0").await;
+    let slack_hook = wait_for(20, "the Slack webhook's message", async || {
+        chat.messages().into_iter().find(|m| {
+            m.platform == Platform::Slack && m.channel == "webhook" && m.text.contains("Ship 5.0?")
+        })
+    })
+    .await;
+    assert!(has_buttons(&slack_hook), "{slack_hook:?}");
+    let discord_hook = wait_for(20, "the Discord webhook's message", async || {
+        chat.messages().into_iter().find(|m| {
+            m.platform == Platform::Discord
+                && m.webhook_id.is_some()
+                && m.text.contains("Ship 5.0?")
+        })
+    })
+    .await;
+    let waited = chat.waits_after_rate_limit(Platform::Discord);
+    assert!(
+        waited
+            .first()
+            .is_some_and(|w| *w >= Duration::from_millis(550)),
+        "Discord's retry_after was waited out: {waited:?}"
+    );
+    let gate = button(&discord_hook, "gate.approve")
+        .trim_start_matches("gate.approve:")
+        .to_string();
+    s.awl.ok(&["approve", &gate, "--by", "carol"]).await;
+    wait_for(20, "the Discord webhook's message edited", async || {
+        chat.message(Platform::Discord, &discord_hook.id)
+            .filter(|m| m.text.contains("Approved by carol") && !has_buttons(m))
+    })
+    .await;
+    let follow_up = wait_for(
+        20,
+        "the outcome after the Slack webhook's message",
+        async || {
+            chat.messages().into_iter().find(|m| {
+                m.platform == Platform::Slack
+                    && m.channel == "webhook"
+                    && m.text.contains("Approved by carol")
+            })
+        },
+    )
+    .await;
+    assert!(!has_buttons(&follow_up), "{follow_up:?}");
+    assert!(
+        chat.message(Platform::Slack, &slack_hook.id)
+            .is_some_and(|m| m.versions.is_empty()),
+        "a webhook's message is not edited"
+    );
+    wait_for(20, "the run to finish", async || {
+        (s.run_status(&run).await["status"] == "SUCCEEDED").then_some(())
+    })
+    .await;
+
+    let (_, status) = s
+        .slack(
+            "commands",
+            &slack_slash_command(
+                "U0ADA",
+                "ada",
+                SLACK_TEAM_ID,
+                SLACK_CHANNEL,
+                "/awl",
+                &format!("status {run}"),
+                "",
+                "t",
+            ),
+            unix_now(),
+        )
+        .await;
+    assert!(
+        status.contains(&run) && status.contains("release"),
+        "{status}"
+    );
+    let (_, answer) = s
+        .discord(&discord_command(
+            DISCORD_APPLICATION_ID,
+            "600000000000000009",
+            "token-9",
+            "500000000000000001",
+            "bob",
+            DISCORD_CHANNEL,
+            "status",
+            &[("run", json!(run))],
+            Some("700000000000000001"),
+        ))
+        .await;
+    assert_eq!(answer["type"], 4, "{answer}");
+    let content = answer["data"]["content"].as_str().unwrap_or_default();
+    assert!(
+        content.contains(&run) && content.contains("release"),
+        "{answer}"
     );
 }
