@@ -7,10 +7,10 @@
 //! click says who decided. A reject through Discord's form fails the run, which is
 //! posted. A task's questions are answered from Slack's form and from a reply in the
 //! question's thread, its review decided with a button; slash commands answer; a
-//! notify step and `awl chat test` post to a channel by name; a 429 is waited out; a chat service that is down
-//! never holds a run up, and the failed delivery is recorded. Webhook channels of both
-//! services (Slack's cannot be edited: the outcome follows), a Discord 429, `/awl status`
-//! from both.
+//! notify step and `awl chat test` post to a channel by name; a 429 is waited out; a
+//! chat service that is down never holds a run up, and the failed delivery is
+//! recorded. Webhook channels of both services (Slack's cannot be edited: the outcome
+//! follows), a Discord 429, `/awl status` from both.
 
 use std::process::Stdio;
 use std::time::Duration;
