@@ -266,12 +266,7 @@ impl Incoming {
         if event["ts"].as_str() == Some(thread) {
             return Ok(());
         }
-        let notice =
-            crate::projections::queries::chat_notice(&self.store, "slack", channel, thread)
-                .await
-                .map_err(|e| {
-                    IncomingError::Malformed(format!("cannot find the thread's message: {e}"))
-                })?;
+        let notice = self.notice_of("slack", channel, thread).await?;
         let Some((task, question)) = notice
             .as_deref()
             .and_then(|n| n.strip_prefix("question:"))
@@ -293,6 +288,37 @@ impl Incoming {
             tracing::warn!(error = %e, "cannot answer a Slack thread reply");
         }
         Ok(())
+    }
+
+    /// The notice of a message awl posted. A reply can come before the chat
+    /// projection has applied the message's `chat.posted`: then the projection is given
+    /// up to two seconds to reach the log's head as it was, and asked again.
+    async fn notice_of(
+        &self,
+        platform: &str,
+        channel: &str,
+        message: &str,
+    ) -> Result<Option<String>, IncomingError> {
+        use crate::projections::queries::{QueryError, chat_notice, checkpoint};
+        let read = |e: QueryError| {
+            IncomingError::Malformed(format!("cannot find the thread's message: {e}"))
+        };
+        if let Some(found) = chat_notice(&self.store, platform, channel, message)
+            .await
+            .map_err(read)?
+        {
+            return Ok(Some(found));
+        }
+        let head = self.store.head().await?;
+        for _ in 0..20 {
+            if checkpoint(&self.store, "chat").await.map_err(read)? >= head {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        chat_notice(&self.store, platform, channel, message)
+            .await
+            .map_err(read)
     }
 
     // ---- Discord ------------------------------------------------------------------

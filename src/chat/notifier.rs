@@ -162,8 +162,12 @@ impl Notifier {
             }
             StreamType::Task if task_matters(&event.event_type) => {
                 let (task, _) = domain_io::load::<Task>(&self.store, &event.stream).await?;
-                let changes =
+                let mut changes =
                     task_changes(&task, &domain_io::decode::<Task>(event)?, &event.stream.id);
+                // A task that ends while it asks: its questions' buttons go.
+                if matches!(event.event_type.as_str(), "task.cancelled" | "task.failed") {
+                    changes.extend(self.open_questions_closed(&task, event).await);
+                }
                 let routes = match task.run_step() {
                     Some(step) => {
                         let stream = StreamRef::new(StreamType::Run, step.run_id.to_string());
@@ -176,6 +180,38 @@ impl Notifier {
             }
             _ => Ok((Vec::new(), Vec::new())),
         }
+    }
+
+    /// Closes for the question notices of `event`'s task (those already answered, or
+    /// never posted, stay as they are: see `deliver`).
+    async fn open_questions_closed(&self, task: &Task, event: &RecordedEvent) -> Vec<Change> {
+        // Every question the task asked, from its own stream.
+        let events = match self.store.read_current(&event.stream).await {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read a task's questions");
+                return Vec::new();
+            }
+        };
+        let keys: Vec<String> = events
+            .iter()
+            .filter(|e| e.event_type == "task.question_asked")
+            .filter_map(|e| e.payload["question_id"].as_str())
+            .map(|q| format!("question:{}:{q}", event.stream.id))
+            .collect();
+        let outcome = if event.event_type == "task.failed" {
+            "❌ The task failed before an answer"
+        } else {
+            "🚫 The task was cancelled before an answer"
+        };
+        keys.into_iter()
+            .map(|key| Change::Close {
+                key,
+                kind: NoticeKind::TaskBlocked,
+                workflow: task.run_step().and_then(|r| r.workflow.clone()),
+                outcome: outcome.to_string(),
+            })
+            .collect()
     }
 
     /// The `chat:` routes of `run`'s workflow version.
@@ -215,6 +251,10 @@ impl Notifier {
                 else {
                     return Ok(());
                 };
+                // A notice closes once: what decided it first stays.
+                if shown.outcome.is_some() {
+                    return Ok(());
+                }
                 shown.closed(outcome.clone())
             }
         };
@@ -296,6 +336,7 @@ fn task_matters(event_type: &str) -> bool {
             | "task.approved"
             | "task.changes_requested"
             | "task.cancelled"
+            | "task.failed"
     )
 }
 
@@ -500,6 +541,7 @@ pub fn task_changes(task: &Task, event: &TaskEvent, task_id: &str) -> Vec<Change
             ))]
         }
         TaskEvent::Cancelled { .. } => vec![review("🚫 The task was cancelled".into())],
+        TaskEvent::Failed { .. } => vec![review("❌ The task failed".into())],
         _ => Vec::new(),
     }
 }

@@ -631,6 +631,66 @@ async fn questions_reviews_and_commands_from_chat_and_a_chat_outage_holds_nothin
     })
     .await;
 
+    // A task cancelled while it asks: its question's buttons go too.
+    let other = s
+        .api
+        .post(
+            None,
+            "/api/v1/tasks",
+            json!({"prompt": "migrate the db", "capabilities": ["db"]}),
+        )
+        .await;
+    let other_id = other["task_id"].as_str().unwrap().to_string();
+    s.api
+        .post(
+            None,
+            "/api/v1/agents",
+            json!({"agent_id": "dba", "capabilities": ["db"]}),
+        )
+        .await;
+    let got = s
+        .api
+        .post(
+            None,
+            "/api/v1/agents/dba/wait",
+            json!({"timeout_seconds": 5}),
+        )
+        .await;
+    assert_eq!(got["task"]["task_id"], other_id.as_str(), "{got}");
+    s.api
+        .post(
+            None,
+            &format!("/api/v1/tasks/{other_id}/ack"),
+            json!({"agent_id": "dba"}),
+        )
+        .await;
+    s.api
+        .post(
+            None,
+            &format!("/api/v1/tasks/{other_id}/questions"),
+            json!({"agent_id": "dba", "question": "Which database?"}),
+        )
+        .await;
+    let open = message_with(&chat, Platform::Slack, "Which database?").await;
+    assert!(has_buttons(&open));
+    s.api
+        .post(
+            None,
+            &format!("/api/v1/tasks/{other_id}/cancel"),
+            json!({"reason": "not now"}),
+        )
+        .await;
+    wait_for(20, "the question's message closed", async || {
+        chat.message(Platform::Slack, &open.id)
+            .filter(|m| m.text.contains("cancelled before an answer") && !has_buttons(m))
+    })
+    .await;
+    assert!(
+        chat.message(Platform::Slack, &asked.id)
+            .is_some_and(|m| m.text.contains("Answered by ada: port 8080")),
+        "an answered question keeps its answer"
+    );
+
     // Slash commands.
     let command = |text: &str| {
         slack_slash_command(
