@@ -66,9 +66,17 @@ pub struct Incoming {
 }
 
 /// The outcome of an action, as the clicker is told.
-type Told = Result<String, String>;
+pub type Told = Result<String, String>;
 
 impl Incoming {
+    pub fn sender(&self) -> &Sender {
+        &self.sender
+    }
+
+    pub fn store(&self) -> &EventStore {
+        &self.store
+    }
+
     pub fn new(store: EventStore, runs: Runs, board: Board, sender: Sender, clock: Clock) -> Self {
         Self {
             store,
@@ -267,27 +275,43 @@ impl Incoming {
             return Ok(());
         }
         let notice = self.notice_of("slack", channel, thread).await?;
-        let Some((task, question)) = notice
-            .as_deref()
-            .and_then(|n| n.strip_prefix("question:"))
-            .and_then(|rest| rest.split_once(':'))
-        else {
+        let Some(notice) = notice else {
             return Ok(());
         };
-        let action = Action::Answer(task.to_string(), question.to_string());
-        let told = match self.principal("slack", user, Permission::Operate).await? {
-            Err(refused) => Err(refused),
-            Ok(who) => {
-                self.decide(&action, &who.principal, Some(text.to_string()))
-                    .await?
-            }
-        };
-        if let Err(why) = told
+        if let Some(Err(why)) = self.answer_reply("slack", user, &notice, text).await?
             && let Err(e) = self.sender.slack_ephemeral(channel, user, &why).await
         {
             tracing::warn!(error = %e, "cannot answer a Slack thread reply");
         }
         Ok(())
+    }
+
+    /// A reply by `user` of `platform` to the message of `notice`: if the notice is a
+    /// task's question, the reply answers it as the user's principal. `None`: not a
+    /// question's message; else what to tell the user.
+    pub async fn answer_reply(
+        &self,
+        platform: &str,
+        user: &str,
+        notice: &str,
+        text: &str,
+    ) -> Result<Option<Told>, IncomingError> {
+        let Some((task, question)) = notice
+            .strip_prefix("question:")
+            .and_then(|rest| rest.split_once(':'))
+        else {
+            return Ok(None);
+        };
+        let action = Action::Answer(task.to_string(), question.to_string());
+        Ok(Some(
+            match self.principal(platform, user, Permission::Operate).await? {
+                Err(refused) => Err(refused),
+                Ok(who) => {
+                    self.decide(&action, &who.principal, Some(text.to_string()))
+                        .await?
+                }
+            },
+        ))
     }
 
     /// The notice of a message awl posted. A reply can come before the chat

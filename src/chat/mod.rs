@@ -12,11 +12,14 @@
 //! - `incoming.rs`: clicks, forms, slash commands and thread replies: the chat user
 //!   mapped to an awl principal (`awl chat users`), the role checked as for a token,
 //!   then the runs service or the board decides, recording who.
+//! - `replies.rs`: replies to awl's questions in Discord, read back (an HTTP-only bot
+//!   is not sent channel messages) and taken as answers.
 
 pub mod config;
 pub mod incoming;
 pub mod notice;
 pub mod notifier;
+pub mod replies;
 pub mod send;
 pub mod verify;
 

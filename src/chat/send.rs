@@ -276,6 +276,28 @@ impl Sender {
         }
     }
 
+    /// The messages of Discord channel `channel_id` after message `after`, oldest
+    /// first (Get Channel Messages: what an HTTP-only bot reads replies with).
+    pub async fn discord_messages_after(
+        &self,
+        channel_id: &str,
+        after: &str,
+    ) -> Result<Vec<Value>, SendError> {
+        let url = format!(
+            "{}/channels/{channel_id}/messages?after={after}&limit=100",
+            self.config.discord_api()
+        );
+        let listed = self.discord_bot(Method::GET, &url, &Value::Null).await?;
+        let mut messages = listed.as_array().cloned().unwrap_or_default();
+        messages.sort_by_key(|m| {
+            m["id"]
+                .as_str()
+                .and_then(|id| id.parse::<u128>().ok())
+                .unwrap_or(0)
+        });
+        Ok(messages)
+    }
+
     /// A Slack Web API method; its answer when `ok`.
     async fn slack_api(&self, method: &str, body: Value) -> Result<Value, SendError> {
         let var = self
@@ -356,7 +378,10 @@ impl Sender {
         };
         let mut last = SendError::new("dependency", format!("{name}: no attempt made"));
         for attempt in 1..=ATTEMPTS {
-            let mut request = self.http.request(method.clone(), url).json(body);
+            let mut request = self.http.request(method.clone(), url);
+            if method != Method::GET {
+                request = request.json(body);
+            }
             if let Some(auth) = auth {
                 request = request.header("authorization", auth);
             }

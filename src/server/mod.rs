@@ -279,6 +279,7 @@ pub async fn start(
         }),
     };
     let agents = state.agents.clone();
+    let chat_incoming = state.chat.clone();
     let mcp_stop = CancellationToken::new();
     let app = router(state, mode, &config, mcp_stop.clone());
     let (stop, stop_rx) = watch::channel(false);
@@ -339,6 +340,17 @@ pub async fn start(
     if let Some(sender) = chat_sender {
         let notifier = crate::chat::Notifier::new(store.clone(), sender, clock.clone());
         tokio::spawn(notifier.run(stop_rx.clone()));
+    }
+    // Replies to questions in Discord channels the bot posts to are read back.
+    if let Some(incoming) = chat_incoming.filter(|i| {
+        let config = i.sender().config();
+        config.file.channels.values().any(|c| c.discord.is_some())
+    }) {
+        tokio::spawn(crate::chat::replies::read_every(
+            incoming,
+            crate::chat::replies::EVERY,
+            stop_rx.clone(),
+        ));
     }
     // Direct solves whose process died are carried on by any server with their agent.
     if agents.list().next().is_some() {

@@ -10,7 +10,8 @@
 //! notify step and `awl chat test` post to a channel by name; a 429 is waited out; a
 //! chat service that is down never holds a run up, and the failed delivery is
 //! recorded. Webhook channels of both services (Slack's cannot be edited: the outcome
-//! follows), a Discord 429, `/awl status` from both.
+//! follows), a Discord 429, a Discord question answered by a reply to its message,
+//! `/awl status` from both.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -810,7 +811,7 @@ async fn webhooks_of_both_services_a_discord_rate_limit_and_status_commands(back
         &t,
         &chat,
         "  swh: {slack_webhook_env: TEST_SLACK_WEBHOOK}\n  dwh: {discord_webhook_env: TEST_DISCORD_WEBHOOK}\n",
-        "  - {events: [gate_waiting], channel: swh}\n  - {events: [gate_waiting], channel: dwh}\n",
+        "  - {events: [gate_waiting], channel: swh}\n  - {events: [gate_waiting], channel: dwh}\n  - {events: [task_blocked], channel: dev}\n",
     )
     .await;
     let run = s.start_run("5.0").await;
@@ -865,6 +866,82 @@ async fn webhooks_of_both_services_a_discord_rate_limit_and_status_commands(back
     );
     wait_for(20, "the run to finish", async || {
         (s.run_status(&run).await["status"] == "SUCCEEDED").then_some(())
+    })
+    .await;
+
+    // A question in Discord answered by a reply to its message (read back by awl: an
+    // HTTP-only bot is not sent channel messages); an unmapped user's reply is told no
+    // in the thread.
+    let task = s
+        .api
+        .post(
+            None,
+            "/api/v1/tasks",
+            json!({"prompt": "deploy", "capabilities": ["ops"]}),
+        )
+        .await;
+    let task_id = task["task_id"].as_str().unwrap().to_string();
+    s.api
+        .post(
+            None,
+            "/api/v1/agents",
+            json!({"agent_id": "deployer", "capabilities": ["ops"]}),
+        )
+        .await;
+    s.api
+        .post(
+            None,
+            "/api/v1/agents/deployer/wait",
+            json!({"timeout_seconds": 5}),
+        )
+        .await;
+    s.api
+        .post(
+            None,
+            &format!("/api/v1/tasks/{task_id}/ack"),
+            json!({"agent_id": "deployer"}),
+        )
+        .await;
+    s.api
+        .post(
+            None,
+            &format!("/api/v1/tasks/{task_id}/questions"),
+            json!({"agent_id": "deployer", "question": "Which region?"}),
+        )
+        .await;
+    let asked = wait_for(20, "the question in the Discord channel", async || {
+        chat.messages().into_iter().find(|m| {
+            m.platform == Platform::Discord
+                && m.channel == DISCORD_CHANNEL
+                && m.webhook_id.is_none()
+                && m.text.contains("Which region?")
+        })
+    })
+    .await;
+    let stranger =
+        chat.discord_user_reply(DISCORD_CHANNEL, "999000000000000001", "eu-west", &asked.id);
+    wait_for(20, "the stranger told no in the thread", async || {
+        chat.messages().into_iter().find(|m| {
+            m.thread.as_deref() == Some(stranger.as_str()) && m.text.contains("not an awl user")
+        })
+    })
+    .await;
+    let blocked = s.api.fetch(None, &format!("/api/v1/tasks/{task_id}")).await;
+    assert_eq!(blocked["status"], "BLOCKED", "{blocked}");
+    chat.discord_user_reply(
+        DISCORD_CHANNEL,
+        "500000000000000001",
+        "eu-west-3",
+        &asked.id,
+    );
+    wait_for(20, "bob's reply to answer the question", async || {
+        let task = s.api.fetch(None, &format!("/api/v1/tasks/{task_id}")).await;
+        (task["status"] == "IN_PROGRESS").then_some(())
+    })
+    .await;
+    wait_for(20, "the question's message says the answer", async || {
+        chat.message(Platform::Discord, &asked.id)
+            .filter(|m| m.text.contains("Answered by bob: eu-west-3") && !has_buttons(m))
     })
     .await;
 

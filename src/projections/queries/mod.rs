@@ -33,7 +33,7 @@ pub use board::{
     BoardFilter, BoardRow, BoardSnapshot, EndedFilter, StoredState, board, board_snapshot,
     column_counts, ended_tasks,
 };
-pub use chat::chat_notice;
+pub use chat::{OpenChatMessage, chat_notice, open_questions};
 pub use models::{
     ModelGroup, ModelUseDay, ModelUseFilter, ModelUseStats, SolveFilter, SolveRow, model_use,
     solves,

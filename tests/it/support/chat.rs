@@ -139,6 +139,8 @@ pub enum Source {
     Interaction,
     /// A Slack `response_url`.
     ResponseUrl,
+    /// A person's message (Discord: `user` is its author), put there by the test.
+    User,
 }
 
 /// What a message said at one point.
@@ -464,6 +466,38 @@ impl ChatServer {
     }
 
     /// Every modal opened, in order.
+    /// A person `user_id` posts `content` in Discord channel `channel`, as a reply to
+    /// message `reply_to` (what awl reads back with Get Channel Messages); its id.
+    pub fn discord_user_reply(
+        &self,
+        channel: &str,
+        user_id: &str,
+        content: &str,
+        reply_to: &str,
+    ) -> String {
+        let mut chat = self.lock();
+        let id = chat.next_snowflake();
+        chat.messages.push(ChatMessage {
+            platform: Platform::Discord,
+            channel: channel.to_string(),
+            id: id.clone(),
+            thread: Some(reply_to.to_string()),
+            text: content.to_string(),
+            blocks: Value::Null,
+            embeds: Value::Null,
+            versions: Vec::new(),
+            ephemeral: false,
+            user: Some(user_id.to_string()),
+            source: Source::User,
+            deleted: false,
+            flags: 0,
+            webhook_id: None,
+            timestamp: now_iso(),
+            edited_timestamp: None,
+        });
+        id
+    }
+
     pub fn views(&self) -> Vec<ChatView> {
         self.lock().views.clone()
     }
@@ -1121,6 +1155,8 @@ fn discord_route(chat: &mut Chat, incoming: &Incoming) -> (Reply, Value) {
         ["channels", channel, "messages"] if method == Method::POST => {
             bot_only(incoming).unwrap_or_else(|| create_message(chat, channel, &body))
         }
+        ["channels", channel, "messages"] if method == Method::GET => bot_only(incoming)
+            .unwrap_or_else(|| list_messages(chat, channel, incoming.query.as_deref())),
         ["channels", channel, "messages", id] if method == Method::PATCH => {
             bot_only(incoming).unwrap_or_else(|| edit_message(chat, channel, id, &body))
         }
@@ -1251,8 +1287,46 @@ fn edit_discord(message: &mut ChatMessage, body: &Value) {
     message.edited_timestamp = Some(now_iso());
 }
 
+/// Get Channel Messages: `after` a snowflake, at most `limit` (50 by default, 100 at
+/// most), newest first.
+fn list_messages(chat: &Chat, channel: &str, query: Option<&str>) -> Reply {
+    if !chat.discord_channels.contains(channel) {
+        return Reply::discord_error(StatusCode::NOT_FOUND, "Unknown Channel", 10003);
+    }
+    let params = form_decode(query.unwrap_or_default());
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let after: u128 = param("after").and_then(|a| a.parse().ok()).unwrap_or(0);
+    let limit: usize = param("limit")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(50)
+        .clamp(1, 100);
+    let mut found: Vec<&ChatMessage> = chat
+        .messages
+        .iter()
+        .filter(|m| m.platform == Platform::Discord && m.channel == channel && !m.ephemeral)
+        .filter(|m| m.id.parse::<u128>().is_ok_and(|id| id > after))
+        .collect();
+    found.sort_by_key(|m| std::cmp::Reverse(m.id.parse::<u128>().unwrap_or(0)));
+    let body: Vec<Value> = found
+        .into_iter()
+        .take(limit)
+        .map(discord_message_json)
+        .collect();
+    discord_ok(StatusCode::OK, Some(Value::Array(body)))
+}
+
 fn discord_message_json(m: &ChatMessage) -> Value {
     let author = match &m.webhook_id {
+        _ if m.source == Source::User => {
+            let id = m.user.clone().unwrap_or_default();
+            json!({"id": id, "username": format!("user-{id}"), "global_name": null,
+                   "avatar": null, "discriminator": "0", "public_flags": 0})
+        }
         Some(webhook) => json!({"id": webhook, "username": "awl", "avatar": null,
                                 "discriminator": "0000", "bot": true}),
         None => json!({"id": DISCORD_BOT_USER_ID, "username": "awl", "global_name": null,
