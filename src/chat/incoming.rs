@@ -94,25 +94,21 @@ impl Incoming {
 
     /// Check a Slack request's signature and that it is not a replay.
     fn slack_checked(&self, req: &Signed<'_>) -> Result<(), IncomingError> {
-        let var = self
+        let secret = self
             .sender
             .config()
             .file
             .slack
             .as_ref()
-            .and_then(|s| s.signing_secret_env.clone())
+            .and_then(|s| s.signing_secret_env.as_deref())
+            .and_then(|var| std::env::var(var).ok())
             .ok_or(Refused::NotConfigured("Slack"))?;
-        let secret = std::env::var(&var).map_err(|_| Refused::NotConfigured("Slack"))?;
-        let now = self.now();
-        verify::slack(&secret, req.timestamp, req.signature, req.body, now)?;
-        self.replays.first_sight(
-            req.signature.unwrap_or_default(),
-            req.timestamp.unwrap_or_default(),
-            now,
-        )?;
-        Ok(())
+        self.checked(req, |now| {
+            verify::slack(&secret, req.timestamp, req.signature, req.body, now)
+        })
     }
 
+    /// Check a Discord request's signature and that it is not a replay.
     fn discord_checked(&self, req: &Signed<'_>) -> Result<(), IncomingError> {
         let key = self
             .sender
@@ -122,8 +118,19 @@ impl Incoming {
             .as_ref()
             .and_then(|d| d.public_key.clone())
             .ok_or(Refused::NotConfigured("Discord"))?;
+        self.checked(req, |now| {
+            verify::discord(&key, req.timestamp, req.signature, req.body, now)
+        })
+    }
+
+    /// `signed` (the service's own check at `now`), then a replay check.
+    fn checked(
+        &self,
+        req: &Signed<'_>,
+        signed: impl FnOnce(DateTime<Utc>) -> Result<(), Refused>,
+    ) -> Result<(), IncomingError> {
         let now = self.now();
-        verify::discord(&key, req.timestamp, req.signature, req.body, now)?;
+        signed(now)?;
         self.replays.first_sight(
             req.signature.unwrap_or_default(),
             req.timestamp.unwrap_or_default(),

@@ -409,19 +409,9 @@ async fn a_budget_stops_the_solve_before_a_call_could_exceed_it(backend: Backend
     assert!(result.cost_usd >= 2.0, "{}", result.cost_usd);
 }
 
-async fn a_solve_that_died_during_execute_resumes_without_asking_the_model_again(backend: Backend) {
-    let db = TestStore::new(backend).await;
-    let server = ScriptedServer::start([
-        Scripted::tool_calls(&[
-            ("echo", r#"{"message": "fast"}"#),
-            ("slow_count", r#"{"text": "a b"}"#),
-        ]),
-        Scripted::text("Two words."),
-    ])
-    .await;
-    let agents = agents(&db.store, &server, "");
-    let id = SolveId::new();
-    // The process "dies" while the slow tool runs: the future is dropped.
+/// Ask `counter` to count "a b" as solve `id`, and let the process "die" (the future
+/// dropped) while the slow tool runs.
+async fn cut_off_during_execute(agents: &Agents, id: SolveId) {
     let died = tokio::time::timeout(
         Duration::from_millis(1_500),
         agents.ask(
@@ -435,6 +425,22 @@ async fn a_solve_that_died_during_execute_resumes_without_asking_the_model_again
     )
     .await;
     assert!(died.is_err(), "the solve was cut off during execute");
+}
+
+async fn a_solve_that_died_during_execute_resumes_without_asking_the_model_again(backend: Backend) {
+    let db = TestStore::new(backend).await;
+    let server = ScriptedServer::start([
+        Scripted::tool_calls(&[
+            ("echo", r#"{"message": "fast"}"#),
+            ("slow_count", r#"{"text": "a b"}"#),
+        ]),
+        Scripted::text("Two words."),
+    ])
+    .await;
+    let agents = agents(&db.store, &server, "");
+    let id = SolveId::new();
+    // The process "dies" while the slow tool runs: the future is dropped.
+    cut_off_during_execute(&agents, id).await;
     assert_eq!(
         recorded(&db.store, id).await,
         vec![
@@ -1089,19 +1095,7 @@ async fn a_direct_solve_whose_process_died_is_carried_on_by_a_server(backend: Ba
     )
     .unwrap();
     let id = SolveId::new();
-    let died = tokio::time::timeout(
-        Duration::from_millis(1_500),
-        agents.ask(
-            id,
-            "counter",
-            "Count a b.",
-            Origin::default(),
-            "user:ada",
-            &mut Unobserved,
-        ),
-    )
-    .await;
-    assert!(died.is_err(), "the solve was cut off during execute");
+    cut_off_during_execute(&agents, id).await;
     drop(agents);
 
     let tk = tokens(&db.store, &[]).await;

@@ -203,6 +203,45 @@ impl Setup {
     }
 }
 
+/// A task sent (`task`: the request's body), taken by a new agent `agent` with the
+/// task's capabilities, which asks `question`: the task's id.
+async fn blocked_task(s: &Setup, agent: &str, task: Value, question: &str) -> String {
+    let capabilities = task["capabilities"].clone();
+    let task = s.api.post(None, "/api/v1/tasks", task).await;
+    let task_id = task["task_id"].as_str().unwrap().to_string();
+    s.api
+        .post(
+            None,
+            "/api/v1/agents",
+            json!({"agent_id": agent, "capabilities": capabilities}),
+        )
+        .await;
+    let got = s
+        .api
+        .post(
+            None,
+            &format!("/api/v1/agents/{agent}/wait"),
+            json!({"timeout_seconds": 5}),
+        )
+        .await;
+    assert_eq!(got["task"]["task_id"], task_id.as_str(), "{got}");
+    s.api
+        .post(
+            None,
+            &format!("/api/v1/tasks/{task_id}/ack"),
+            json!({"agent_id": agent}),
+        )
+        .await;
+    s.api
+        .post(
+            None,
+            &format!("/api/v1/tasks/{task_id}/questions"),
+            json!({"agent_id": agent, "question": question}),
+        )
+        .await;
+    task_id
+}
+
 /// The message of `platform` whose current text has `needle`.
 async fn message_with(chat: &ChatServer, platform: Platform, needle: &str) -> ChatMessage {
     wait_for(
@@ -444,47 +483,13 @@ async fn questions_reviews_and_commands_from_chat_and_a_chat_outage_holds_nothin
     .await;
 
     // A task asks a question: posted with an Answer button, answered from Slack's form.
-    let task = s
-        .api
-        .post(
-            None,
-            "/api/v1/tasks",
-            json!({"prompt": "add a health endpoint", "capabilities": ["rust"], "review_required": true}),
-        )
-        .await;
-    let task_id = task["task_id"].as_str().unwrap().to_string();
-    let agent = s
-        .api
-        .post(
-            None,
-            "/api/v1/agents",
-            json!({"agent_id": "coder", "capabilities": ["rust"]}),
-        )
-        .await;
-    assert_eq!(agent["agent_id"], "coder");
-    let got = s
-        .api
-        .post(
-            None,
-            "/api/v1/agents/coder/wait",
-            json!({"timeout_seconds": 5}),
-        )
-        .await;
-    assert_eq!(got["task"]["task_id"], task_id.as_str());
-    s.api
-        .post(
-            None,
-            &format!("/api/v1/tasks/{task_id}/ack"),
-            json!({"agent_id": "coder"}),
-        )
-        .await;
-    s.api
-        .post(
-            None,
-            &format!("/api/v1/tasks/{task_id}/questions"),
-            json!({"agent_id": "coder", "question": "Which port?"}),
-        )
-        .await;
+    let task_id = blocked_task(
+        &s,
+        "coder",
+        json!({"prompt": "add a health endpoint", "capabilities": ["rust"], "review_required": true}),
+        "Which port?",
+    )
+    .await;
     let asked = message_with(&chat, Platform::Slack, "Which port?").await;
     let waited = chat.waits_after_rate_limit(Platform::Slack);
     assert!(
@@ -633,45 +638,13 @@ async fn questions_reviews_and_commands_from_chat_and_a_chat_outage_holds_nothin
     .await;
 
     // A task cancelled while it asks: its question's buttons go too.
-    let other = s
-        .api
-        .post(
-            None,
-            "/api/v1/tasks",
-            json!({"prompt": "migrate the db", "capabilities": ["db"]}),
-        )
-        .await;
-    let other_id = other["task_id"].as_str().unwrap().to_string();
-    s.api
-        .post(
-            None,
-            "/api/v1/agents",
-            json!({"agent_id": "dba", "capabilities": ["db"]}),
-        )
-        .await;
-    let got = s
-        .api
-        .post(
-            None,
-            "/api/v1/agents/dba/wait",
-            json!({"timeout_seconds": 5}),
-        )
-        .await;
-    assert_eq!(got["task"]["task_id"], other_id.as_str(), "{got}");
-    s.api
-        .post(
-            None,
-            &format!("/api/v1/tasks/{other_id}/ack"),
-            json!({"agent_id": "dba"}),
-        )
-        .await;
-    s.api
-        .post(
-            None,
-            &format!("/api/v1/tasks/{other_id}/questions"),
-            json!({"agent_id": "dba", "question": "Which database?"}),
-        )
-        .await;
+    let other_id = blocked_task(
+        &s,
+        "dba",
+        json!({"prompt": "migrate the db", "capabilities": ["db"]}),
+        "Which database?",
+    )
+    .await;
     let open = message_with(&chat, Platform::Slack, "Which database?").await;
     assert!(has_buttons(&open));
     s.api
@@ -872,43 +845,13 @@ async fn webhooks_of_both_services_a_discord_rate_limit_and_status_commands(back
     // A question in Discord answered by a reply to its message (read back by awl: an
     // HTTP-only bot is not sent channel messages); an unmapped user's reply is told no
     // in the thread.
-    let task = s
-        .api
-        .post(
-            None,
-            "/api/v1/tasks",
-            json!({"prompt": "deploy", "capabilities": ["ops"]}),
-        )
-        .await;
-    let task_id = task["task_id"].as_str().unwrap().to_string();
-    s.api
-        .post(
-            None,
-            "/api/v1/agents",
-            json!({"agent_id": "deployer", "capabilities": ["ops"]}),
-        )
-        .await;
-    s.api
-        .post(
-            None,
-            "/api/v1/agents/deployer/wait",
-            json!({"timeout_seconds": 5}),
-        )
-        .await;
-    s.api
-        .post(
-            None,
-            &format!("/api/v1/tasks/{task_id}/ack"),
-            json!({"agent_id": "deployer"}),
-        )
-        .await;
-    s.api
-        .post(
-            None,
-            &format!("/api/v1/tasks/{task_id}/questions"),
-            json!({"agent_id": "deployer", "question": "Which region?"}),
-        )
-        .await;
+    let task_id = blocked_task(
+        &s,
+        "deployer",
+        json!({"prompt": "deploy", "capabilities": ["ops"]}),
+        "Which region?",
+    )
+    .await;
     let asked = wait_for(20, "the question in the Discord channel", async || {
         chat.messages().into_iter().find(|m| {
             m.platform == Platform::Discord
