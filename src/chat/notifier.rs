@@ -12,7 +12,8 @@
 //! long as it asks, up to a cap) and a delivery that still fails is recorded as such;
 //! runs and tasks never wait for chat: the notifier is its own task, behind the log.
 //! A server that starts with no checkpoint starts at the log's head: history is not
-//! told again.
+//! told again. Of many servers one delivers at a time: the holder of the notifier's
+//! lease (30 s, renewed every 5 s); another takes over when it lapses.
 
 use std::time::Duration;
 
@@ -40,6 +41,9 @@ use super::send::Sender;
 pub const FOLLOWER: &str = "chat";
 /// Who the notifier's events are recorded as.
 const ACTOR: &str = "awl:chat";
+/// How long a lease lasts without renewal, and how often it is renewed.
+const LEASE: Duration = Duration::from_secs(30);
+const RENEW: Duration = Duration::from_secs(5);
 
 /// What one event changes in chat.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +67,8 @@ pub struct Notifier {
     clock: Clock,
     /// Workflow definitions, for their own `chat:` routes.
     definitions: Definitions,
+    /// This process, as the lease's owner.
+    owner: String,
 }
 
 impl Notifier {
@@ -72,6 +78,7 @@ impl Notifier {
             sender,
             clock,
             definitions: Definitions::default(),
+            owner: format!("{}:{}", std::process::id(), uuid::Uuid::new_v4()),
         }
     }
 
@@ -89,26 +96,62 @@ impl Notifier {
         }
     }
 
+    /// Wait for the lease, then follow while it is held (renewed every few seconds;
+    /// lost, the notifier stops delivering and waits for it again).
     async fn follow(&self, mut stop: watch::Receiver<bool>) -> Result<(), StoreError> {
-        let after = match self.store.follower_checkpoint(FOLLOWER).await? {
-            Some(p) => p,
-            None => {
-                let head = self.store.head().await?;
-                self.store.set_follower_checkpoint(FOLLOWER, head).await?;
-                head
+        loop {
+            if self.claim().await? {
+                if self.deliver_while_held(stop.clone()).await? {
+                    return Ok(());
+                }
+            } else {
+                tokio::select! {
+                    _ = tokio::time::sleep(RENEW) => {}
+                    _ = stop.changed() => return Ok(()),
+                }
             }
-        };
+            if *stop.borrow() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Take or renew the lease.
+    async fn claim(&self) -> Result<bool, StoreError> {
+        let now = (self.clock)();
+        let until = now + chrono::Duration::from_std(LEASE).unwrap_or_default();
+        let head = self.store.head().await?;
+        self.store
+            .claim_follower(FOLLOWER, &self.owner, now, until, head)
+            .await
+    }
+
+    /// Follow the log from the checkpoint while the lease holds; `true` when asked to
+    /// stop, `false` when the lease was lost.
+    async fn deliver_while_held(
+        &self,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<bool, StoreError> {
+        let after = self.store.follower_checkpoint(FOLLOWER).await?.unwrap_or(0);
         let filter = EventFilter {
             stream_types: vec![StreamType::Run, StreamType::Task],
             ..EventFilter::default()
         };
         let mut events = Box::pin(self.store.tail(after, filter));
+        let mut renew = tokio::time::interval(RENEW);
+        renew.tick().await;
         loop {
             let next = tokio::select! {
                 next = events.next() => next,
-                _ = stop.changed() => return Ok(()),
+                _ = renew.tick() => {
+                    if !self.claim().await? {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+                _ = stop.changed() => return Ok(true),
             };
-            let Some(event) = next else { return Ok(()) };
+            let Some(event) = next else { return Ok(true) };
             let event = event?;
             self.handle(&event).await;
             self.store

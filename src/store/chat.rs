@@ -37,6 +37,41 @@ impl EventStore {
             .and_then(Value::as_i64))
     }
 
+    /// Take or renew follower `name`'s lease for `owner` until `until` (the row made,
+    /// at `start`, if there is none): whether `owner` holds it. Held by another until
+    /// its lease ends.
+    pub async fn claim_follower(
+        &self,
+        name: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        start: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        tx.execute(
+            "INSERT INTO follower_checkpoints (name, position) VALUES (?, ?) \
+             ON CONFLICT (name) DO NOTHING",
+            &[Param::from(name), Param::from(start)],
+        )
+        .await?;
+        let held = tx
+            .execute(
+                "UPDATE follower_checkpoints SET owner = ?, lease_until = ? WHERE name = ? \
+                 AND (owner IS NULL OR owner = ? OR lease_until IS NULL OR lease_until < ?)",
+                &[
+                    Param::from(owner),
+                    Param::from(until.timestamp_micros()),
+                    Param::from(name),
+                    Param::from(owner),
+                    Param::from(now.timestamp_micros()),
+                ],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(held == 1)
+    }
+
     /// Record that follower `name` has read to `position`.
     pub async fn set_follower_checkpoint(
         &self,

@@ -11,7 +11,7 @@
 //! chat service that is down never holds a run up, and the failed delivery is
 //! recorded. Webhook channels of both services (Slack's cannot be edited: the outcome
 //! follows), a Discord 429, a Discord question answered by a reply to its message,
-//! `/awl status` from both.
+//! `/awl status` from both. Two servers on one store post each notice once.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -33,6 +33,7 @@ on_both_stores!(worker_threads = 2;
     gates_are_decided_from_slack_and_discord_and_their_messages_follow,
     questions_reviews_and_commands_from_chat_and_a_chat_outage_holds_nothing_up,
     webhooks_of_both_services_a_discord_rate_limit_and_status_commands,
+    two_servers_post_each_notice_once,
 );
 
 const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -927,4 +928,48 @@ async fn webhooks_of_both_services_a_discord_rate_limit_and_status_commands(back
         content.contains(&run) && content.contains("release"),
         "{answer}"
     );
+}
+
+/// Two servers on one store: one delivers (the notifier's lease), so a gate is posted
+/// once, not once per server.
+async fn two_servers_post_each_notice_once(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let chat = ChatServer::start().await;
+    let s = setup(&t, &chat, "", "").await;
+    let port = free_port();
+    let _second = s
+        .awl
+        .command(&[
+            "serve",
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+            "--no-worker",
+            "--chat-config",
+            &s.chat_file.to_string_lossy(),
+        ])
+        .env("TEST_SLACK_TOKEN", SLACK_BOT_TOKEN)
+        .env("TEST_SLACK_SECRET", SIGNING_SECRET)
+        .env("TEST_DISCORD_TOKEN", DISCORD_BOT_TOKEN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a second awl serve");
+    Api::at(format!("http://127.0.0.1:{port}"))
+        .wait_healthy(30)
+        .await;
+    for version in ["7.0", "7.1", "7.2"] {
+        s.start_run(version).await;
+        message_with(&chat, Platform::Slack, &format!("Ship {version}?")).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for version in ["7.0", "7.1", "7.2"] {
+        let posted = chat
+            .messages()
+            .into_iter()
+            .filter(|m| {
+                m.platform == Platform::Slack && m.text.contains(&format!("Ship {version}?"))
+            })
+            .count();
+        assert_eq!(posted, 1, "the gate of {version} was posted {posted} times");
+    }
 }
