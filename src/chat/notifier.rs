@@ -82,11 +82,16 @@ impl Notifier {
         }
     }
 
-    /// Follow the log until `stop`.
+    /// Follow the log until `stop`; then give the lease up.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         loop {
             match self.follow(stop.clone()).await {
-                Ok(()) => return,
+                Ok(()) => {
+                    if let Err(e) = self.store.release_follower(FOLLOWER, &self.owner).await {
+                        tracing::warn!(error = %e, "cannot give the chat notifier's lease up");
+                    }
+                    return;
+                }
                 Err(e) => tracing::warn!(error = %e, "the chat notifier stopped; starting again"),
             }
             tokio::select! {

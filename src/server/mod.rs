@@ -337,10 +337,10 @@ pub async fn start(
     // on when its task comes back.
     let builtin = builtin_agents::start(&board, &agents, &stop_rx).await;
     // Slack and Discord are told what the chat file's routes ask for.
-    if let Some(sender) = chat_sender {
+    let chat_notifier = chat_sender.map(|sender| {
         let notifier = crate::chat::Notifier::new(store.clone(), sender, clock.clone());
-        tokio::spawn(notifier.run(stop_rx.clone()));
-    }
+        tokio::spawn(notifier.run(stop_rx.clone()))
+    });
     // Replies to questions in Discord channels the bot posts to are read back.
     if let Some(incoming) = chat_incoming.filter(|i| {
         let config = i.sender().config();
@@ -396,6 +396,10 @@ pub async fn start(
             }
             let _ = sweeper.await;
             let _ = projector.await;
+            // The notifier gives its lease up (a delivery in flight may hold it a while).
+            if let Some(notifier) = chat_notifier {
+                let _ = tokio::time::timeout(Duration::from_secs(5), notifier).await;
+            }
             if let Some(worker) = worker {
                 match worker.await {
                     Ok(Err(e)) => tracing::error!(error = %e, "the worker stopped with an error"),

@@ -72,6 +72,19 @@ impl EventStore {
         Ok(held == 1)
     }
 
+    /// Give up follower `name`'s lease if `owner` holds it (a server stopping), so
+    /// another takes over at once rather than when the lease would have lapsed.
+    pub async fn release_follower(&self, name: &str, owner: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        tx.execute(
+            "UPDATE follower_checkpoints SET owner = NULL, lease_until = NULL \
+             WHERE name = ? AND owner = ?",
+            &[Param::from(name), Param::from(owner)],
+        )
+        .await?;
+        tx.commit().await
+    }
+
     /// Record that follower `name` has read to `position`.
     pub async fn set_follower_checkpoint(
         &self,

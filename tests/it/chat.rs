@@ -27,7 +27,7 @@ use crate::support::chat::{
 };
 use crate::support::cli::Awl;
 use crate::support::server::{Api, free_port};
-use crate::support::{Backend, TestStore, on_both_stores, wait_for};
+use crate::support::{Backend, TestStore, on_both_stores, wait_for, within};
 
 on_both_stores!(worker_threads = 2;
     gates_are_decided_from_slack_and_discord_and_their_messages_follow,
@@ -931,11 +931,12 @@ async fn webhooks_of_both_services_a_discord_rate_limit_and_status_commands(back
 }
 
 /// Two servers on one store: one delivers (the notifier's lease), so a gate is posted
-/// once, not once per server.
+/// once, not once per server; when it stops it gives the lease up, and the other
+/// delivers at once (not after the lease would have lapsed).
 async fn two_servers_post_each_notice_once(backend: Backend) {
     let t = TestStore::new(backend).await;
     let chat = ChatServer::start().await;
-    let s = setup(&t, &chat, "", "").await;
+    let mut s = setup(&t, &chat, "", "").await;
     let port = free_port();
     let _second = s
         .awl
@@ -943,7 +944,6 @@ async fn two_servers_post_each_notice_once(backend: Backend) {
             "serve",
             "--bind",
             &format!("127.0.0.1:{port}"),
-            "--no-worker",
             "--chat-config",
             &s.chat_file.to_string_lossy(),
         ])
@@ -954,9 +954,8 @@ async fn two_servers_post_each_notice_once(backend: Backend) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start a second awl serve");
-    Api::at(format!("http://127.0.0.1:{port}"))
-        .wait_healthy(30)
-        .await;
+    let second = Api::at(format!("http://127.0.0.1:{port}"));
+    second.wait_healthy(30).await;
     for version in ["7.0", "7.1", "7.2"] {
         s.start_run(version).await;
         message_with(&chat, Platform::Slack, &format!("Ship {version}?")).await;
@@ -972,4 +971,31 @@ async fn two_servers_post_each_notice_once(backend: Backend) {
             .count();
         assert_eq!(posted, 1, "the gate of {version} was posted {posted} times");
     }
+
+    // The first server stops (SIGTERM: a graceful stop); the second posts within
+    // seconds, well before the 30 s lease would have lapsed.
+    let pid = s._serve.id().expect("the first server's pid").to_string();
+    let killed = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(killed.success());
+    within(20, "the first server to stop", s._serve.wait())
+        .await
+        .unwrap();
+    let started = second
+        .post(
+            None,
+            "/api/v1/runs",
+            json!({"workflow": "release", "inputs": {"version": "7.3"}}),
+        )
+        .await;
+    assert!(started["run_id"].is_string(), "{started}");
+    wait_for(12, "the second server to post", async || {
+        chat.messages()
+            .into_iter()
+            .find(|m| m.platform == Platform::Slack && m.text.contains("Ship 7.3?"))
+    })
+    .await;
 }
