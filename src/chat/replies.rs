@@ -8,14 +8,14 @@
 //! answered its message is closed and no longer read. The Answer button's form works
 //! as well.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::domain::chat::{MessageRef, Platform};
-use crate::projections::queries::open_questions;
+use crate::projections::queries::{OpenChatMessage, open_questions};
 
 use super::incoming::Incoming;
 
@@ -39,59 +39,112 @@ pub async fn read_every(incoming: Incoming, every: Duration, mut stop: watch::Re
     }
 }
 
+/// The most pages of a channel read in one round (100 messages each).
+const PAGES: usize = 5;
+
+/// One look: each channel's messages since its oldest open question, read once for
+/// all its questions (a request per channel, not per question: Discord's limits are
+/// per route).
 async fn round(incoming: &Incoming, seen: &mut HashSet<String>) -> Result<(), String> {
     let questions = open_questions(incoming.store(), "discord")
         .await
         .map_err(|e| e.to_string())?;
     let sender = incoming.sender();
+    let mut by_channel: BTreeMap<String, Vec<OpenChatMessage>> = BTreeMap::new();
     for q in questions {
         // Only channels the bot posts to (a webhook's channel may not be readable).
-        if sender
+        let bot_channel = sender
             .config()
             .channel(&q.channel)
             .and_then(|c| c.discord.as_ref())
-            .is_none()
-        {
-            continue;
+            .is_some();
+        if bot_channel {
+            by_channel.entry(q.channel_id.clone()).or_default().push(q);
         }
-        let messages = match sender
-            .discord_messages_after(&q.channel_id, &q.message_id)
-            .await
-        {
+    }
+    for (channel_id, questions) in by_channel {
+        let messages = match read_since(incoming, &channel_id, &questions).await {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(channel = q.channel, error = %e, "cannot read a Discord channel");
+                tracing::warn!(channel = channel_id, error = %e, "cannot read a Discord channel");
                 continue;
             }
         };
-        for m in messages.iter().filter(|m| is_reply_to(m, &q.message_id)) {
-            let (Some(id), Some(user), Some(text)) = (
-                m["id"].as_str(),
-                m["author"]["id"].as_str(),
-                m["content"].as_str(),
-            ) else {
-                continue;
-            };
-            if !seen.insert(id.to_string()) {
-                continue;
-            }
-            let told = incoming
-                .answer_reply("discord", user, &q.notice, text)
-                .await
-                .map_err(|e| e.to_string())?;
-            if let Some(Err(why)) = told {
+        for q in &questions {
+            answer_from(incoming, q, &messages, seen).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The messages of `channel_id` after the oldest of `questions`, oldest first.
+async fn read_since(
+    incoming: &Incoming,
+    channel_id: &str,
+    questions: &[OpenChatMessage],
+) -> Result<Vec<Value>, super::SendError> {
+    let oldest = questions
+        .iter()
+        .filter_map(|q| q.message_id.parse::<u128>().ok())
+        .min()
+        .unwrap_or(0);
+    let mut after = oldest.to_string();
+    let mut all = Vec::new();
+    for _ in 0..PAGES {
+        let page = incoming
+            .sender()
+            .discord_messages_after(channel_id, &after)
+            .await?;
+        let full = page.len() >= 100;
+        match page.last().and_then(|m| m["id"].as_str()) {
+            Some(last) => after = last.to_string(),
+            None => break,
+        }
+        all.extend(page);
+        if !full {
+            break;
+        }
+    }
+    Ok(all)
+}
+
+/// The first reply to `q` among `messages` that answers it; refusals told in the
+/// thread.
+async fn answer_from(
+    incoming: &Incoming,
+    q: &OpenChatMessage,
+    messages: &[Value],
+    seen: &mut HashSet<String>,
+) -> Result<(), String> {
+    for m in messages.iter().filter(|m| is_reply_to(m, &q.message_id)) {
+        let (Some(id), Some(user), Some(text)) = (
+            m["id"].as_str(),
+            m["author"]["id"].as_str(),
+            m["content"].as_str(),
+        ) else {
+            continue;
+        };
+        if !seen.insert(id.to_string()) {
+            continue;
+        }
+        let told = incoming
+            .answer_reply("discord", user, &q.notice, text)
+            .await
+            .map_err(|e| e.to_string())?;
+        match told {
+            Some(Err(why)) => {
                 let thread = MessageRef {
                     platform: Platform::Discord,
                     channel_id: q.channel_id.clone(),
                     message_id: Some(id.to_string()),
                 };
-                if let Err(e) = sender.reply_in_thread(&thread, &why).await {
+                if let Err(e) = incoming.sender().reply_in_thread(&thread, &why).await {
                     tracing::warn!(error = %e, "cannot answer a Discord reply");
                 }
-            } else if told.is_some() {
-                // Answered: the rest of this question's replies are not answers.
-                break;
             }
+            // Answered: the rest of this question's replies are not answers.
+            Some(Ok(_)) => return Ok(()),
+            None => {}
         }
     }
     Ok(())
