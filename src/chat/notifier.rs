@@ -12,7 +12,9 @@
 //! long as it asks, up to a cap) and a delivery that still fails is recorded as such;
 //! runs and tasks never wait for chat: the notifier is its own task, behind the log.
 //! A server that starts with no checkpoint starts at the log's head: history is not
-//! told again. Of many servers one delivers at a time: the holder of the notifier's
+//! told again, and events more than a day old when read (a checkpoint left from
+//! before chat was switched off) are passed over. Of many servers one delivers at a
+//! time: the holder of the notifier's
 //! lease (30 s, renewed every 5 s); another takes over when it lapses.
 
 use std::time::Duration;
@@ -41,6 +43,11 @@ use super::send::Sender;
 pub const FOLLOWER: &str = "chat";
 /// Who the notifier's events are recorded as.
 const ACTOR: &str = "awl:chat";
+/// Events recorded longer ago than this are not told (a backlog after chat was off).
+fn stale() -> chrono::Duration {
+    chrono::Duration::hours(24)
+}
+
 /// How long a lease lasts without renewal, and how often it is renewed.
 const LEASE: Duration = Duration::from_secs(30);
 const RENEW: Duration = Duration::from_secs(5);
@@ -158,7 +165,13 @@ impl Notifier {
             };
             let Some(event) = next else { return Ok(true) };
             let event = event?;
-            self.handle(&event).await;
+            // A backlog from long ago (chat configured again after months without it)
+            // is not told: it would flood the channels with what is long over.
+            if (self.clock)() - event.recorded_at > stale() {
+                tracing::debug!(event = %event.describe(), "too old to tell chat");
+            } else {
+                self.handle(&event).await;
+            }
             self.store
                 .set_follower_checkpoint(FOLLOWER, event.position)
                 .await?;
