@@ -288,3 +288,44 @@ pub fn load(path: &Path) -> Result<ChatConfig, Diagnostics> {
     })?;
     check(path, &source)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example of `deploy/` loads, and says what it routes where.
+    #[test]
+    fn the_example_chat_file_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/chat.example.yaml");
+        let config = load(&path).unwrap_or_else(|d| panic!("{d}"));
+        assert_eq!(
+            config.channels_for(NoticeKind::GateWaiting, Some("release"), &[]),
+            ["approvals", "dev"]
+        );
+        assert_eq!(
+            config.channels_for(NoticeKind::GateWaiting, Some("other"), &[]),
+            ["approvals"]
+        );
+        assert_eq!(
+            config.channels_for(NoticeKind::RunFailed, None, &[]),
+            ["alerts"]
+        );
+    }
+
+    #[test]
+    fn problems_are_told_at_their_place() {
+        let source = "channels:\n  ops: {slack: C1, discord: \"2\"}\nnotify:\n  - {events: [gate_waiting], channel: nowhere}\n  - {events: [lunch], channel: ops}\n";
+        let problems = check(Path::new("chat.yaml"), source)
+            .expect_err("problems")
+            .to_string();
+        assert!(problems.contains("lunch"), "{problems}");
+        let source = "channels:\n  ops: {slack: C1, discord: \"2\"}\nnotify:\n  - {events: [gate_waiting], channel: nowhere}\n";
+        let problems = check(Path::new("chat.yaml"), source)
+            .expect_err("problems")
+            .to_string();
+        assert!(problems.contains("needs exactly one of"), "{problems}");
+        assert!(problems.contains("unknown channel `nowhere`"), "{problems}");
+        assert!(problems.contains("slack.bot_token_env"), "{problems}");
+        assert!(problems.contains("chat.yaml:4"), "at its line: {problems}");
+    }
+}
