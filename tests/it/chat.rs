@@ -243,6 +243,32 @@ async fn blocked_task(s: &Setup, agent: &str, task: Value, question: &str) -> St
     task_id
 }
 
+/// Wait until task `task_id` was answered (IN_PROGRESS again) and its question's
+/// message `message` on `platform` says `line`, its buttons gone.
+async fn answered(
+    s: &Setup,
+    chat: &ChatServer,
+    task_id: &str,
+    platform: Platform,
+    message: &str,
+    line: &str,
+) {
+    wait_for(20, "the answer to reach the task", async || {
+        let task = s.api.fetch(None, &format!("/api/v1/tasks/{task_id}")).await;
+        (task["status"] == "IN_PROGRESS").then_some(())
+    })
+    .await;
+    wait_for(
+        20,
+        &format!("the question's message to say {line:?}"),
+        async || {
+            chat.message(platform, message)
+                .filter(|m| m.text.contains(line) && !has_buttons(m))
+        },
+    )
+    .await;
+}
+
 /// The message of `platform` whose current text has `needle`.
 async fn message_with(chat: &ChatServer, platform: Platform, needle: &str) -> ChatMessage {
     wait_for(
@@ -595,15 +621,14 @@ async fn questions_reviews_and_commands_from_chat_and_a_chat_outage_holds_nothin
         unix_now(),
     )
     .await;
-    wait_for(20, "the thread reply to answer the question", async || {
-        let task = s.api.fetch(None, &format!("/api/v1/tasks/{task_id}")).await;
-        (task["status"] == "IN_PROGRESS").then_some(())
-    })
-    .await;
-    wait_for(20, "the question's message says the answer", async || {
-        chat.message(Platform::Slack, &second.id)
-            .filter(|m| m.text.contains("Answered by ada: /health"))
-    })
+    answered(
+        &s,
+        &chat,
+        &task_id,
+        Platform::Slack,
+        &second.id,
+        "Answered by ada: /health",
+    )
     .await;
 
     // Work in review, approved with a click.
@@ -878,15 +903,14 @@ async fn webhooks_of_both_services_a_discord_rate_limit_and_status_commands(back
         "eu-west-3",
         &asked.id,
     );
-    wait_for(20, "bob's reply to answer the question", async || {
-        let task = s.api.fetch(None, &format!("/api/v1/tasks/{task_id}")).await;
-        (task["status"] == "IN_PROGRESS").then_some(())
-    })
-    .await;
-    wait_for(20, "the question's message says the answer", async || {
-        chat.message(Platform::Discord, &asked.id)
-            .filter(|m| m.text.contains("Answered by bob: eu-west-3") && !has_buttons(m))
-    })
+    answered(
+        &s,
+        &chat,
+        &task_id,
+        Platform::Discord,
+        &asked.id,
+        "Answered by bob: eu-west-3",
+    )
     .await;
 
     let (_, status) = s
