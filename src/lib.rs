@@ -35,6 +35,14 @@
 
 #![forbid(unsafe_code)]
 
+/// mimalloc instead of the system allocator, for every binary built on this crate
+/// (`awl`, the tests and the benchmarks alike). Measured: glibc's malloc and free were
+/// 38% of awl's CPU while the projections mined a history (`perf` over `awl
+/// projections rebuild learning`), and its arenas kept the peak of a start-up
+/// resident for as long as the process ran. See BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod agents;
 pub mod auth;
 pub mod board;
