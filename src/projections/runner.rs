@@ -162,19 +162,21 @@ impl Projections {
     pub async fn catch_up_all(&self) -> Result<(), ProjectionError> {
         let list = self.sorted();
         let mut limit = BATCH;
+        let mut ahead = None;
         loop {
-            let step = self.step(&list, limit).await?;
+            let step = self.step(&list, limit, ahead.take(), true).await?;
             if step.moved == 0 {
                 return Ok(());
             }
             limit = step.next_limit(limit);
+            ahead = step.ahead;
         }
     }
 
     /// One batch for every projection. Returns how far the lowest checkpoint moved
     /// (0: all caught up).
     pub async fn step_all(&self) -> Result<i64, ProjectionError> {
-        Ok(self.step(&self.sorted(), BATCH).await?.moved)
+        Ok(self.step(&self.sorted(), BATCH, None, false).await?.moved)
     }
 
     /// One batch for `list` (in name order) in one transaction: one read of the log
@@ -188,33 +190,47 @@ impl Projections {
     /// postgres`, 1,000 events/s), each on its own, side by side, lagged 104 ms at
     /// p50 and 180 ms at p99, against 9.8 ms and 20.2 ms for one transaction (seven
     /// reads of the log and seven commits per wake-up instead of one of each).
+    ///
+    /// With `read_ahead`, a full page has the next one read (and decoded) while it is
+    /// applied, on another connection and thread: the log's reading and awl's
+    /// decoding overlap the projections' writes instead of waiting for them. The page
+    /// read ahead is used only if the checkpoints reach the position it starts at.
     async fn step(
         &self,
         list: &[Arc<dyn Projection>],
         limit: i64,
+        ahead: Option<Ahead>,
+        read_ahead: bool,
     ) -> Result<Step, ProjectionError> {
         let backend = self.store.backend_name();
         let filter = filter_of_all(list);
+        let mut ahead = ahead;
         let (mut tx, states, events, scanned, from) = loop {
             let from = self.lowest_checkpoint(list).await?;
-            let (events, scanned) = self.store.read_page(from, limit, &filter).await?;
+            let (events, scanned) = match ahead.take() {
+                Some(page) if page.from == from => page.events.await.map_err(|e| {
+                    ProjectionError::Store(crate::store::StoreError::Unavailable(format!(
+                        "reading the log ahead: {e}"
+                    )))
+                })??,
+                _ => self.store.read_page(from, limit, &filter).await?,
+            };
             if scanned <= from {
                 return Ok(Step {
                     moved: 0,
                     full: false,
+                    ahead: None,
                 });
             }
             let mut tx = self.begin().await?;
-            let mut states = Vec::with_capacity(list.len());
-            for p in list {
-                match read_state(&mut tx, p.name(), true, backend).await? {
-                    Some(state) => states.push(state),
-                    None => {
-                        tx.rollback().await?;
-                        return Err(unprepared(p.name()));
-                    }
+            let names: Vec<&str> = list.iter().map(|p| p.name()).collect();
+            let states = match read_states(&mut tx, &names, backend).await? {
+                Ok(states) => states,
+                Err(missing) => {
+                    tx.rollback().await?;
+                    return Err(unprepared(missing));
                 }
-            }
+            };
             // Checkpoints only move forward; if one is behind what was read (a
             // rebuild swapped in meanwhile), read again.
             if states.iter().all(|s| s.position >= from) {
@@ -223,10 +239,20 @@ impl Projections {
             tx.rollback().await?;
         };
         let full = events.len() as i64 >= limit;
+        let ahead = (read_ahead && full).then(|| {
+            let (store, filter) = (self.store.clone(), filter.clone());
+            let next = (limit * 2).min(REBUILD_PAGE);
+            Ahead {
+                from: scanned,
+                events: tokio::spawn(async move { store.read_page(scanned, next, &filter).await }),
+            }
+        });
+        let mut moved: Vec<&str> = Vec::with_capacity(list.len());
         for (p, state) in list.iter().zip(&states) {
             if state.position >= scanned {
                 continue;
             }
+            moved.push(p.name());
             let kinds = p.stream_types();
             let wanted = |e: &RecordedEvent| {
                 e.position > state.position && (kinds.is_empty() || kinds.contains(&e.stream.kind))
@@ -244,16 +270,22 @@ impl Projections {
                 };
                 p.apply(&mut w, &hidden(&mine)).await?;
             }
-            tx.execute(
-                "UPDATE projection_state SET position = ? WHERE name = ?",
-                &[Param::from(scanned), Param::from(p.name())],
-            )
-            .await?;
+        }
+        // Every checkpoint that moved, in one statement.
+        if !moved.is_empty() {
+            let sql = format!(
+                "UPDATE projection_state SET position = ? WHERE name IN ({})",
+                vec!["?"; moved.len()].join(", ")
+            );
+            let mut params = vec![Param::from(scanned)];
+            params.extend(moved.iter().map(|name| Param::from(*name)));
+            tx.execute(&sql, &params).await?;
         }
         tx.commit().await?;
         Ok(Step {
             moved: scanned - from,
             full,
+            ahead,
         })
     }
 
@@ -615,6 +647,14 @@ struct Step {
     moved: i64,
     /// Whether the page was full (more events are waiting).
     full: bool,
+    /// The next page, being read.
+    ahead: Option<Ahead>,
+}
+
+/// A page of the log being read ahead, from position `from`.
+struct Ahead {
+    from: i64,
+    events: tokio::task::JoinHandle<Result<(Vec<RecordedEvent>, i64), crate::store::StoreError>>,
 }
 
 impl Step {
@@ -668,6 +708,43 @@ async fn lock_all(tx: &mut StoreTx, backend: &str) -> Result<(), ProjectionError
         .await?;
     }
     Ok(())
+}
+
+/// The states of `names` (in name order, as given), their rows locked in that order
+/// on Postgres, in one query; `Err(name)` names one that has no row.
+async fn read_states<'a>(
+    tx: &mut StoreTx,
+    names: &[&'a str],
+    backend: &str,
+) -> Result<Result<Vec<State>, &'a str>, ProjectionError> {
+    // Byte order, as the list is sorted, whatever the database's collation.
+    let order = if backend == "postgres" {
+        " ORDER BY name COLLATE \"C\" FOR UPDATE"
+    } else {
+        " ORDER BY name"
+    };
+    let sql = format!(
+        "SELECT name, version, generation, position FROM projection_state WHERE name IN ({}){order}",
+        vec!["?"; names.len()].join(", ")
+    );
+    let params: Vec<Param> = names.iter().map(|n| Param::from(*n)).collect();
+    let rows = tx.query_rows(&sql, &params).await?;
+    let mut states = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(r) = rows
+            .iter()
+            .find(|r| r.get("name").and_then(|v| v.as_str()) == Some(*name))
+        else {
+            return Ok(Err(name));
+        };
+        let get = |k: &str| r.get(k).and_then(|v| v.as_i64()).unwrap_or(0);
+        states.push(State {
+            version: get("version"),
+            generation: get("generation"),
+            position: get("position"),
+        });
+    }
+    Ok(Ok(states))
 }
 
 pub(super) async fn read_state(
