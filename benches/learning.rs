@@ -84,6 +84,9 @@ struct Args {
     /// Append the history, keep its database and stop (for profiling a rebuild of
     /// it with `awl projections rebuild`).
     history_only: bool,
+    /// The live server's rounds of proposing, in seconds (0: none; default 5, the
+    /// server's own default).
+    learn_every: u64,
 }
 
 fn args() -> Args {
@@ -93,6 +96,7 @@ fn args() -> Args {
         seconds: 20,
         per_projection: false,
         history_only: false,
+        learn_every: 5,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -103,6 +107,7 @@ fn args() -> Args {
             "--seconds" => a.seconds = value(a.seconds as usize) as u64,
             "--per-projection" => a.per_projection = true,
             "--history-only" => a.history_only = true,
+            "--learn-every" => a.learn_every = value(a.learn_every as usize) as u64,
             _ => {}
         }
     }
@@ -478,7 +483,8 @@ async fn main() {
         agents.push((name, token));
     }
     // The server's defaults: it proposes every 5 s.
-    let config = ServeConfig::new("127.0.0.1:0".parse().expect("addr"));
+    let mut config = ServeConfig::new("127.0.0.1:0".parse().expect("addr"));
+    config.learn_every = (a.learn_every > 0).then(|| Duration::from_secs(a.learn_every));
     let server = server::start(
         store.clone(),
         config,

@@ -33,9 +33,12 @@ CREATE TABLE {tool_patterns} (
     last_at      BIGINT NOT NULL,
     span_ms      BIGINT NOT NULL,
     -- tools, args, flows, evidence (JSON): written only when they change
-    detail       TEXT NOT NULL DEFAULT ''
+    detail       TEXT NOT NULL DEFAULT '',
+    -- the log position of the batch that last wrote the row
+    changed      BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX {tool_patterns}_support ON {tool_patterns} (scope, successes);
+CREATE INDEX {tool_patterns}_changed ON {tool_patterns} (changed);
 
 CREATE TABLE {tool_runs} (
     run_id       TEXT PRIMARY KEY,

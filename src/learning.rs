@@ -158,12 +158,18 @@ pub struct ProposalView {
 /// What proposing found and did.
 #[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct ProposeReport {
-    /// Sequences strong enough to propose.
+    /// Scopes (teams, users) whose patterns the round looked at: every one on a
+    /// learner's first round, then those whose patterns changed since its last.
+    pub scopes: usize,
+    /// Sequences strong enough to propose, in those scopes.
     pub candidates: usize,
     /// New proposals recorded.
     pub proposed: Vec<String>,
     /// Sequences a user-submitted workflow already does.
     pub covered: usize,
+    /// Candidates whose details were read and file drafted (those whose executions
+    /// changed since this learner, or a proposal, last drafted them).
+    pub drafted: usize,
 }
 
 /// The learner's state, for `awl learn status`.
@@ -218,7 +224,24 @@ pub struct Learner {
     /// Each candidate pattern (by key) and the executions it had when this learner
     /// last drafted its file: a pattern's details change only with its executions, so
     /// a round reads the details of, and drafts, only the candidates that changed.
+    /// Seeded, on a learner's first round, from the proposals already in the log (a
+    /// proposal was drafted from its pattern at the executions it records), so a
+    /// restarted server does not draft every known sequence again.
     drafted: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    seeded: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// This learner's last complete round: the `learning` checkpoint it read before
+    /// reading the patterns, and the user-submitted sequences then. The next round
+    /// reads only the scopes whose patterns were written past that checkpoint (a
+    /// scope's candidates depend on its patterns alone), unless the user-submitted
+    /// sequences changed or the checkpoint went back (a rebuild): then every scope.
+    last_round: std::sync::Arc<std::sync::Mutex<Option<Round>>>,
+}
+
+/// What a round of proposing looked at.
+#[derive(Debug, Clone, PartialEq)]
+struct Round {
+    checkpoint: i64,
+    user_sequences: Vec<Vec<String>>,
 }
 
 /// The columns `propose` chooses candidates by: every one but `detail`.
@@ -247,7 +270,117 @@ impl Learner {
             config,
             known: Default::default(),
             drafted: Default::default(),
+            seeded: Default::default(),
+            last_round: Default::default(),
         }
+    }
+
+    fn last_round(&self) -> std::sync::MutexGuard<'_, Option<Round>> {
+        // A panic while holding the lock leaves a hint: still usable.
+        self.last_round.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The scopes a round must look at: `None` for every one, else those whose patterns
+    /// were written since the last round.
+    async fn changed_scopes(&self, now: &Round) -> Result<Option<Vec<String>>, LearnError> {
+        let since = match &*self.last_round() {
+            Some(last)
+                if last.checkpoint <= now.checkpoint
+                    && last.user_sequences == now.user_sequences =>
+            {
+                last.checkpoint
+            }
+            _ => return Ok(None),
+        };
+        let rows = self
+            .store
+            .query_rows(
+                "SELECT DISTINCT scope FROM tool_patterns WHERE changed > ?",
+                &[Param::from(since)],
+            )
+            .await?;
+        Ok(Some(rows.iter().filter_map(|r| text(r, "scope")).collect()))
+    }
+
+    /// The counters and tools of the patterns with enough successes (of `scopes`, or of
+    /// every scope), by scope: enough to choose candidates.
+    async fn counted_patterns(
+        &self,
+        scopes: Option<&[String]>,
+    ) -> Result<std::collections::BTreeMap<String, Vec<Pattern>>, LearnError> {
+        let min = Param::from(i64::try_from(self.config.min_successes.max(1)).unwrap_or(1));
+        let mut rows = Vec::new();
+        match scopes {
+            None => {
+                rows = self
+                    .store
+                    .query_rows(
+                        &format!(
+                            "SELECT {PATTERN_COUNTERS} FROM tool_patterns WHERE successes >= ? ORDER BY pattern_key"
+                        ),
+                        &[min],
+                    )
+                    .await?;
+            }
+            Some(scopes) => {
+                for chunk in scopes.chunks(500) {
+                    let sql = format!(
+                        "SELECT {PATTERN_COUNTERS} FROM tool_patterns WHERE successes >= ? AND scope IN ({}) ORDER BY pattern_key",
+                        vec!["?"; chunk.len()].join(", ")
+                    );
+                    let mut params = vec![min.clone()];
+                    params.extend(chunk.iter().map(|s| Param::from(s.clone())));
+                    rows.extend(self.store.query_rows(&sql, &params).await?);
+                }
+            }
+        }
+        let mut by_scope: std::collections::BTreeMap<String, Vec<Pattern>> = Default::default();
+        let mut unclear = Vec::new();
+        for row in &rows {
+            match crate::projections::counted_pattern(row) {
+                Some((scope, pattern)) => by_scope.entry(scope).or_default().push(pattern),
+                None => unclear.push(text(row, "pattern_key").unwrap_or_default()),
+            }
+        }
+        for (_, (scope, pattern)) in self.whole_patterns(&unclear).await? {
+            by_scope.entry(scope).or_default().push(pattern);
+        }
+        Ok(by_scope)
+    }
+
+    /// Fill `drafted` from the proposals projection, once: each proposed pattern (by
+    /// scope and sequence) at the most executions a proposal of it records. A
+    /// pattern's file is a function of its details, which change only with its
+    /// executions: at the same count, drafting it again gives the proposed file.
+    async fn seed_drafted(&self) -> Result<(), LearnError> {
+        use std::sync::atomic::Ordering;
+        if self.seeded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let rows = self
+            .store
+            .query_rows(
+                "SELECT scope, tools, max(executions) AS executions FROM proposals GROUP BY scope, tools",
+                &[],
+            )
+            .await?;
+        let mut drafted = self.drafted();
+        for row in &rows {
+            let (Some(scope), Some(tools), Some(executions)) = (
+                text(row, "scope"),
+                text(row, "tools").and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok()),
+                int(row, "executions").and_then(|e| u64::try_from(e).ok()),
+            ) else {
+                continue;
+            };
+            let key = crate::projections::pattern_key(
+                &scope,
+                &crate::domain::learning::signature(&tools),
+            );
+            drafted.entry(key).or_insert(executions);
+        }
+        self.seeded.store(true, Ordering::Release);
+        Ok(())
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
@@ -266,31 +399,32 @@ impl Learner {
 
     /// Propose every strong enough sequence not yet proposed as it is now.
     pub async fn propose(&self, by: &str, now: DateTime<Utc>) -> Result<ProposeReport, LearnError> {
-        // Counters and tools of every pattern with enough successes: enough to choose.
-        let rows = self
+        self.seed_drafted().await?;
+        // The checkpoint first: whatever the projection writes after it is past it.
+        let checkpoint = self
             .store
             .query_rows(
-                &format!(
-                    "SELECT {PATTERN_COUNTERS} FROM tool_patterns WHERE successes >= ? ORDER BY pattern_key"
-                ),
-                &[Param::from(
-                    i64::try_from(self.config.min_successes.max(1)).unwrap_or(1),
-                )],
+                "SELECT position FROM projection_state WHERE name = 'learning'",
+                &[],
             )
-            .await?;
-        let mut by_scope: std::collections::BTreeMap<String, Vec<Pattern>> = Default::default();
-        let mut unclear = Vec::new();
-        for row in &rows {
-            match crate::projections::counted_pattern(row) {
-                Some((scope, pattern)) => by_scope.entry(scope).or_default().push(pattern),
-                None => unclear.push(text(row, "pattern_key").unwrap_or_default()),
-            }
-        }
-        for (_, (scope, pattern)) in self.whole_patterns(&unclear).await? {
-            by_scope.entry(scope).or_default().push(pattern);
-        }
-        let user_sequences = self.user_sequences().await?;
-        let mut report = ProposeReport::default();
+            .await?
+            .first()
+            .and_then(|r| int(r, "position"))
+            .unwrap_or(0);
+        let round = Round {
+            checkpoint,
+            user_sequences: self.user_sequences().await?,
+        };
+        let scopes = self.changed_scopes(&round).await?;
+        let by_scope = match &scopes {
+            Some(scopes) if scopes.is_empty() => Default::default(),
+            scopes => self.counted_patterns(scopes.as_deref()).await?,
+        };
+        let user_sequences = &round.user_sequences;
+        let mut report = ProposeReport {
+            scopes: by_scope.len(),
+            ..ProposeReport::default()
+        };
         let mut due = Vec::new();
         for (scope, patterns) in &by_scope {
             for pattern in closed(
@@ -314,6 +448,7 @@ impl Learner {
         }
         // The whole patterns (details too) only of the candidates that changed.
         let mut whole = self.whole_patterns(&due).await?;
+        report.drafted = whole.len();
         for key in due {
             let Some((scope, pattern)) = whole.remove(&key) else {
                 continue;
@@ -323,6 +458,7 @@ impl Learner {
             }
             self.drafted().insert(key, pattern.executions);
         }
+        *self.last_round() = Some(round);
         Ok(report)
     }
 
@@ -359,7 +495,7 @@ impl Learner {
             )
             .await?;
         // Built-ins call nothing outside awl: a run's observed calls leave them out.
-        Ok(rows
+        let mut sequences: Vec<Vec<String>> = rows
             .iter()
             .filter_map(|r| serde_json::from_str::<Vec<String>>(&text(r, "tools")?).ok())
             .map(|tools| {
@@ -368,7 +504,11 @@ impl Learner {
                     .filter(|t| !crate::workflow::BUILTIN_TOOLS.contains(&t.as_str()))
                     .collect()
             })
-            .collect())
+            .collect();
+        // Sorted: rounds compare them to tell whether they changed.
+        sequences.sort_unstable();
+        sequences.dedup();
+        Ok(sequences)
     }
 
     async fn propose_one(
@@ -613,13 +753,32 @@ impl Learner {
                 "threshold {threshold} is not between 0 and 1"
             )));
         }
-        let rows = self
-            .store
-            .query_rows(
-                "SELECT * FROM workflow_tools WHERE retired = 0 AND confidence >= ?",
-                &[Param::from(threshold)],
-            )
-            .await?;
+        // Only the rows the viewer may be suggested: user-submitted, shared, or learned
+        // in its own scope (not every team's learned workflows, parsed and dropped).
+        let columns = "workflow, version, learned, scope, shared, confidence, tools, description";
+        let rows = match viewer {
+            Viewer::All => {
+                self.store
+                    .query_rows(
+                        &format!(
+                            "SELECT {columns} FROM workflow_tools WHERE retired = 0 AND confidence >= ?"
+                        ),
+                        &[Param::from(threshold)],
+                    )
+                    .await?
+            }
+            Viewer::Scope(scope) => {
+                self.store
+                    .query_rows(
+                        &format!(
+                            "SELECT {columns} FROM workflow_tools WHERE retired = 0 AND confidence >= ? \
+                             AND (learned = 0 OR shared = 1 OR scope = ?)"
+                        ),
+                        &[Param::from(threshold), Param::from(scope.as_str())],
+                    )
+                    .await?
+            }
+        };
         let mut found = Vec::new();
         for row in &rows {
             let learned = int(row, "learned") == Some(1);

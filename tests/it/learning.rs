@@ -845,11 +845,59 @@ async fn a_tool_named_with_the_separator_is_learned_and_a_quiet_round_proposes_n
         .await
         .expect("propose");
     assert!(again.proposed.is_empty(), "{again:?}");
-    assert_eq!(again.candidates, 1, "{again:?}");
-    // A new learner (a new process) finds the proposal recorded: nothing new either.
-    let fresh = Learner::new(t.store.clone(), LearnConfig::default())
+    // The proposal's events moved no pattern: the round looked at no scope.
+    assert_eq!((again.scopes, again.candidates), (0, 0), "{again:?}");
+    assert_eq!(
+        again.drafted, 0,
+        "nothing changed, nothing drafted: {again:?}"
+    );
+    // A new learner (a new process) looks at every scope and finds the proposal
+    // recorded: nothing new either, and it drafts nothing (it starts from the
+    // executions the proposal records).
+    let fresh = Learner::new(t.store.clone(), LearnConfig::default());
+    let first_round = fresh
         .propose("test", chrono::Utc::now())
         .await
         .expect("propose");
-    assert!(fresh.proposed.is_empty(), "{fresh:?}");
+    assert!(first_round.proposed.is_empty(), "{first_round:?}");
+    assert_eq!(
+        (
+            first_round.scopes,
+            first_round.candidates,
+            first_round.drafted
+        ),
+        (1, 1, 0),
+        "{first_round:?}"
+    );
+    // More executions of the sequence: the scope is looked at again and the
+    // sequence drafted again, by that learner and by a new one.
+    board_sessions(&board, &agent, 6, 2, &tools).await;
+    projections.catch_up_all().await.expect("catch up");
+    let grown = fresh
+        .propose("test", chrono::Utc::now())
+        .await
+        .expect("propose");
+    assert_eq!((grown.scopes, grown.drafted), (1, 1), "{grown:?}");
+    let quiet = fresh
+        .propose("test", chrono::Utc::now())
+        .await
+        .expect("propose");
+    assert_eq!((quiet.scopes, quiet.drafted), (0, 0), "{quiet:?}");
+    // A user-submitted workflow changes what is covered: every scope again.
+    let dir = tempfile::tempdir().expect("a scratch folder");
+    let own = dir.path().join("by-hand.awl.yaml");
+    std::fs::write(
+        &own,
+        "name: by-hand\nversion: \"1.0.0\"\nsteps:\n  - {id: a, type: shell, script: \"true\"}\n",
+    )
+    .expect("write a workflow");
+    awl::definitions::register_file(&t.store, &own, "ops", chrono::Utc::now())
+        .await
+        .expect("register it");
+    projections.catch_up_all().await.expect("catch up");
+    let after_user = fresh
+        .propose("test", chrono::Utc::now())
+        .await
+        .expect("propose");
+    assert_eq!(after_user.scopes, 1, "{after_user:?}");
 }

@@ -29,23 +29,57 @@ const MAX_ITEMS: usize = 20;
 
 /// For each argument of each call (`"INDEX.KEY"`), the flow it came from.
 pub fn flows_between<C: Borrow<Call>>(calls: &[C]) -> BTreeMap<String, Flow> {
-    let mut found = BTreeMap::new();
-    for (j, call) in calls.iter().enumerate().skip(1) {
-        let call = call.borrow();
-        for (key, value) in &call.args {
-            if !distinctive(value) {
-                continue;
-            }
-            let source = (0..j).rev().find_map(|i| {
-                let output = calls[i].borrow().output.as_ref()?;
-                path_of(output, value, 0).map(|path| Flow { from: i, path })
-            });
-            if let Some(flow) = source {
-                found.insert(format!("{j}.{key}"), flow);
+    Sources::of(calls).within(0, calls.len())
+}
+
+/// Every flow of a run of calls with its sources found once: each argument's nearest
+/// earlier call in the whole run. The flows of a window of it (`within`) are then the
+/// sources that fall inside the window, since the nearest earlier call inside a window
+/// is the nearest one overall unless that lies before the window. A session's newest
+/// call ends up to six sequences at once; their flows share this one search.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sources {
+    /// (the call's index, the argument, the flow with `from` an index in the run)
+    found: Vec<(usize, String, Flow)>,
+}
+
+impl Sources {
+    pub fn of<C: Borrow<Call>>(calls: &[C]) -> Self {
+        let mut found = Vec::new();
+        for (j, call) in calls.iter().enumerate().skip(1) {
+            let call = call.borrow();
+            for (key, value) in &call.args {
+                if !distinctive(value) {
+                    continue;
+                }
+                let source = (0..j).rev().find_map(|i| {
+                    let output = calls[i].borrow().output.as_ref()?;
+                    path_of(output, value, 0).map(|path| Flow { from: i, path })
+                });
+                if let Some(flow) = source {
+                    found.push((j, key.clone(), flow));
+                }
             }
         }
+        Self { found }
     }
-    found
+
+    /// The flows of calls `start..end`, indexes counted from `start`.
+    pub fn within(&self, start: usize, end: usize) -> BTreeMap<String, Flow> {
+        self.found
+            .iter()
+            .filter(|(j, _, flow)| *j < end && flow.from >= start)
+            .map(|(j, key, flow)| {
+                (
+                    format!("{}.{key}", j - start),
+                    Flow {
+                        from: flow.from - start,
+                        path: flow.path.clone(),
+                    },
+                )
+            })
+            .collect()
+    }
 }
 
 /// A value too specific to be equal by chance.

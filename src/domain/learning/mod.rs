@@ -20,6 +20,7 @@ mod suggest;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use flows::{Flow, flows_between};
+pub use flows::{Flow, Sources, flows_between};
 pub use pattern::{ArgStat, FlowStat, Pattern, closed};
 pub use suggest::{Context, Match, match_context};
 
@@ -159,13 +160,33 @@ pub fn list_item(key: &str) -> Option<(&str, usize)> {
 }
 
 /// A run of consecutive calls of one session, ending in the newest. The calls are
-/// shared with the session's tail (a call ends up to six sequences at once).
+/// shared with the session's tail (a call ends up to six sequences at once), and so is
+/// the search for the data flowing between them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Occurrence {
     pub calls: Vec<Arc<Call>>,
+    sources: Arc<Sources>,
+    /// Where `calls` starts in the run `sources` was found in.
+    start: usize,
 }
 
 impl Occurrence {
+    /// An occurrence of `calls` on their own.
+    pub fn new(calls: Vec<Arc<Call>>) -> Self {
+        Self {
+            sources: Arc::new(Sources::of(&calls)),
+            calls,
+            start: 0,
+        }
+    }
+
+    /// For each argument of each of its calls (`"INDEX.KEY"`), the flow it came from:
+    /// [`flows_between`] of its calls.
+    pub fn flows(&self) -> BTreeMap<String, Flow> {
+        self.sources
+            .within(self.start, self.start + self.calls.len())
+    }
+
     pub fn tools(&self) -> Vec<String> {
         self.calls.iter().map(|c| c.tool.clone()).collect()
     }
@@ -224,9 +245,16 @@ impl Tail {
         }
         self.calls.push(call);
         let n = self.calls.len();
-        (config.min_length.max(1)..=n.min(config.max_length))
+        let lengths = config.min_length.max(1)..=n.min(config.max_length);
+        if lengths.is_empty() {
+            return Vec::new();
+        }
+        let sources = Arc::new(Sources::of(&self.calls));
+        lengths
             .map(|len| Occurrence {
                 calls: self.calls[n - len..].to_vec(),
+                sources: sources.clone(),
+                start: n - len,
             })
             .collect()
     }

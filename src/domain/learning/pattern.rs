@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Occurrence, flows_between};
+use super::Occurrence;
 
 /// How many sessions a pattern keeps as evidence (the first it succeeded in; the
 /// latest is kept beside them).
@@ -163,7 +163,7 @@ impl Pattern {
 
     fn add_flows(&mut self, occurrence: &Occurrence) -> bool {
         let first = self.successes == 1;
-        let shown = flows_between(&occurrence.calls);
+        let shown = occurrence.flows();
         let mut changed = false;
         for (arg, stat) in self.flows.iter_mut() {
             if stat.steady

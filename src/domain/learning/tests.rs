@@ -375,3 +375,36 @@ fn a_steps_call_is_seen_item_by_item() {
     );
     assert_eq!(crate::domain::learning::list_item("command"), None);
 }
+
+/// The flows of every sequence a push returns, found once for the whole tail, are
+/// those found in each sequence alone: the nearest earlier call inside the sequence,
+/// and none where the nearest one overall lies before it.
+#[test]
+fn flows_found_once_per_tail_are_each_sequences_own() {
+    let config = MiningConfig::default();
+    let mut tail = Tail::default();
+    // Each call's output holds an id that a later call takes (some skip a call), and
+    // one id is given by two calls (the nearer one wins).
+    let ids = [
+        "AAA-1", "BBB-2", "AAA-1", "CCC-3", "DDD-4", "BBB-2", "EEE-5", "CCC-3",
+    ];
+    let mut checked = 0;
+    for (i, id) in ids.iter().enumerate() {
+        let takes = if i >= 2 { ids[i - 2] } else { "none" };
+        let c = call(
+            &format!("t{i}"),
+            json!({"id": takes, "n": i, "whole": {"x": id}}),
+            Some(json!({"made": {"id": id}, "list": [id]})),
+            true,
+            i64::try_from(i).unwrap_or(0),
+        );
+        for occurrence in tail.push(c, &config) {
+            let alone = flows_between(&occurrence.calls);
+            assert_eq!(occurrence.flows(), alone, "{:?}", occurrence.tools());
+            checked += usize::from(!alone.is_empty());
+        }
+    }
+    assert!(checked > 10, "sequences with flows checked: {checked}");
+    let lone = Occurrence::new(tail.calls.clone());
+    assert_eq!(lone.flows(), flows_between(&tail.calls));
+}

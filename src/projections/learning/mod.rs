@@ -24,7 +24,7 @@ use super::{Projection, ProjectionError, Writer, micros};
 mod runs;
 
 /// Bumped when the tables or the mining change.
-const BASE_VERSION: i32 = 3;
+const BASE_VERSION: i32 = 4;
 
 pub struct Learning {
     config: MiningConfig,
@@ -177,7 +177,8 @@ impl Projection for Learning {
                 }
             }
         }
-        write_patterns(w, &self.cache, patterns).await
+        let changed = events.last().map_or(0, |e| e.position);
+        write_patterns(w, &self.cache, patterns, changed).await
     }
 }
 
@@ -329,10 +330,13 @@ async fn load_patterns(
     Ok(patterns)
 }
 
+/// `changed`: the log position of the batch, recorded on every row it writes (the
+/// learner reads the scopes changed since its last round).
 async fn write_patterns(
     w: &mut Writer<'_>,
     cache: &DetailCache,
     patterns: Patterns,
+    changed: i64,
 ) -> Result<(), ProjectionError> {
     let (mut full, mut counters) = (Vec::new(), Vec::new());
     let mut settled = Vec::with_capacity(patterns.len());
@@ -351,6 +355,7 @@ async fn write_patterns(
             Param::from(micros(p.first_at)),
             Param::from(micros(p.last_at)),
             Param::from(i64::try_from(p.span_ms_total).unwrap_or(i64::MAX)),
+            Param::from(changed),
         ];
         if t.write_detail {
             let json = serde_json::to_string(&DetailRef::of(p))
@@ -374,7 +379,7 @@ async fn write_patterns(
 
 /// The columns a batch writes for every pattern it touched (`detail` only when it
 /// changed).
-const WRITTEN: [&str; 12] = [
+const WRITTEN: [&str; 13] = [
     "pattern_key",
     "scope",
     "signature",
@@ -387,6 +392,7 @@ const WRITTEN: [&str; 12] = [
     "first_at",
     "last_at",
     "span_ms",
+    "changed",
 ];
 
 /// The columns of a pattern but its details.
