@@ -403,6 +403,17 @@ impl Schedules {
     /// Declare, change or remove the schedules workflow `name`'s latest runnable
     /// version implies. Returns how many schedule streams changed.
     pub async fn sync_workflow(&self, name: &str) -> Result<usize> {
+        let existing = self.list().await?;
+        self.sync_workflow_among(name, existing.iter()).await
+    }
+
+    /// [`Schedules::sync_workflow`], given the schedules in the log (the scheduler
+    /// keeps them as it follows the log: listing them reads the whole log).
+    async fn sync_workflow_among<'a>(
+        &self,
+        name: &str,
+        existing: impl Iterator<Item = &'a Schedule>,
+    ) -> Result<usize> {
         let wanted: Vec<ScheduleSpec> = match self.definitions.resolve(&self.store, name).await {
             Ok((definition, _)) => definition.schedules.clone(),
             // Every version retired (or none registered): no schedule.
@@ -432,8 +443,9 @@ impl Schedules {
                 Err(e) => return Err(e),
             }
         }
-        for schedule in self.list().await? {
-            if schedule.workflow() == name
+        for schedule in existing {
+            if schedule.is_declared()
+                && schedule.workflow() == name
                 && schedule.source() == Some(&ScheduleSource::Workflow)
                 && !kept.contains(schedule.name())
             {
@@ -535,14 +547,19 @@ impl Scheduler {
             }
             self.after = next;
         }
-        for workflow in workflows {
-            if let Err(e) = self.schedules.sync_workflow(&workflow).await {
-                tracing::warn!(workflow = %workflow, error = %e, "cannot sync a workflow's schedules");
-            }
-        }
         for name in schedules {
             let schedule = self.schedules.get(&name).await?;
             self.known.insert(name, schedule);
+        }
+        // Against the schedules just read (what a sync changes is read next round).
+        for workflow in workflows {
+            if let Err(e) = self
+                .schedules
+                .sync_workflow_among(&workflow, self.known.values())
+                .await
+            {
+                tracing::warn!(workflow = %workflow, error = %e, "cannot sync a workflow's schedules");
+            }
         }
         Ok(())
     }
