@@ -487,12 +487,21 @@ struct Unconfirmed {
     fired_at: DateTime<Utc>,
 }
 
+/// Where the schedulers' syncs of changed workflows have reached (a row of
+/// `follower_checkpoints`): a sync loads the workflow, so a server starting over
+/// thousands of workflows would load every one at each start; it syncs only those
+/// changed since. Written after the syncs it covers succeeded, so a server that died
+/// in between syncs them again (a sync is idempotent).
+const WORKFLOWS_SYNCED: &str = "scheduler.workflows";
+
 /// The loop `awl serve` runs: follows schedule and workflow events from the log,
 /// keeps each schedule's state, and ticks those whose time has come.
 pub struct Scheduler {
     schedules: Schedules,
     known: BTreeMap<String, Schedule>,
     after: i64,
+    /// [`WORKFLOWS_SYNCED`] as last read or written (`None`: not read yet).
+    synced: Option<i64>,
     unconfirmed: Vec<Unconfirmed>,
 }
 
@@ -502,6 +511,7 @@ impl Scheduler {
             schedules,
             known: BTreeMap::new(),
             after: 0,
+            synced: None,
             unconfirmed: Vec::new(),
         }
     }
@@ -512,6 +522,19 @@ impl Scheduler {
         let filter = EventFilter {
             stream_types: vec![StreamType::Schedule, StreamType::Workflow],
             ..EventFilter::default()
+        };
+        let synced = match self.synced {
+            Some(at) => at,
+            None => {
+                let at = self
+                    .schedules
+                    .store
+                    .follower_checkpoint(WORKFLOWS_SYNCED)
+                    .await?
+                    .unwrap_or(0);
+                self.synced = Some(at);
+                at
+            }
         };
         let mut schedules = BTreeSet::new();
         let mut workflows = BTreeSet::new();
@@ -524,7 +547,9 @@ impl Scheduler {
             for event in &events {
                 match event.stream.kind {
                     StreamType::Workflow => {
-                        workflows.insert(event.stream.id.clone());
+                        if event.position > synced {
+                            workflows.insert(event.stream.id.clone());
+                        }
                     }
                     _ => {
                         schedules.insert(event.stream.id.clone());
@@ -552,14 +577,23 @@ impl Scheduler {
             self.known.insert(name, schedule);
         }
         // Against the schedules just read (what a sync changes is read next round).
-        for workflow in workflows {
+        let mut all_synced = true;
+        for workflow in &workflows {
             if let Err(e) = self
                 .schedules
-                .sync_workflow_among(&workflow, self.known.values())
+                .sync_workflow_among(workflow, self.known.values())
                 .await
             {
+                all_synced = false;
                 tracing::warn!(workflow = %workflow, error = %e, "cannot sync a workflow's schedules");
             }
+        }
+        if !workflows.is_empty() && all_synced {
+            self.schedules
+                .store
+                .set_follower_checkpoint(WORKFLOWS_SYNCED, self.after)
+                .await?;
+            self.synced = Some(self.after);
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
-//! The chat tables: follower checkpoints (where the chat notifier has read to) and
-//! chat users mapped to awl principals. Portable SQL, bound parameters only.
+//! The chat tables: follower checkpoints (where a log follower has read to: the chat
+//! notifier, and the scheduler's syncs of workflow files) and chat users mapped to
+//! awl principals. Portable SQL, bound parameters only.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

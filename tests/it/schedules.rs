@@ -23,6 +23,7 @@ on_both_stores!(worker_threads = 2;
     a_fire_whose_run_never_started_is_started_by_another_scheduler,
     two_servers_fire_a_schedule_once_per_second_and_the_cli_shows_it,
     schedules_are_declared_and_operated_over_http_by_role,
+    a_new_scheduler_syncs_the_workflows_changed_since_the_last_sync,
 );
 
 const LIMIT: u64 = 60;
@@ -542,4 +543,70 @@ async fn schedules_are_declared_and_operated_over_http_by_role(backend: Backend)
         .await;
     assert_eq!(status.as_u16(), 404, "{body}");
     server.shutdown().await.expect("stop");
+}
+
+/// The schedulers record how far their syncs of workflow files reached: a new
+/// scheduler (a restarted server) syncs the workflows changed since, a file's new
+/// schedule included and one it dropped removed, and leaves the rest as they are.
+async fn a_new_scheduler_syncs_the_workflows_changed_since_the_last_sync(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let _report = register(&t, REPORT, "report").await;
+    let clock = ManualClock::new(at(2026, 3, 28, 12, 0));
+    let service = Schedules::new(t.store.clone(), clock.clock());
+    let names = async || -> Vec<String> {
+        service
+            .list()
+            .await
+            .expect("list")
+            .iter()
+            .map(|s| s.name().to_string())
+            .collect()
+    };
+    let mut first = Scheduler::new(Schedules::new(t.store.clone(), clock.clock()));
+    first.step().await.expect("round");
+    assert_eq!(names().await, ["berlin", "minutely"]);
+    let synced = t
+        .store
+        .follower_checkpoint("scheduler.workflows")
+        .await
+        .expect("checkpoint")
+        .expect("recorded after the sync");
+    assert!(synced > 0);
+    // Meanwhile (no scheduler running) a second file, and a new version of the first
+    // without its Berlin schedule.
+    let _pulse = register(&t, EVERY_SECOND, "pulse").await;
+    let fewer = REPORT
+        .replace("version: \"1.0.0\"", "version: \"1.1.0\"")
+        .replace(
+            "  - name: berlin\n    cron: \"30 2 * * *\"\n    timezone: Europe/Berlin\n    inputs: { region: de }\n    overlap: allow\n    grace_seconds: 7200\n",
+            "",
+        );
+    assert!(!fewer.contains("berlin"), "{fewer}");
+    let _report_2 = register(&t, &fewer, "report").await;
+    let mut restarted = Scheduler::new(Schedules::new(t.store.clone(), clock.clock()));
+    restarted.step().await.expect("round");
+    assert_eq!(names().await, ["minutely", "pulse"]);
+    let now_synced = t
+        .store
+        .follower_checkpoint("scheduler.workflows")
+        .await
+        .expect("checkpoint")
+        .expect("recorded");
+    assert!(now_synced > synced, "{now_synced} > {synced}");
+    // Nothing changed since: a new scheduler declares and removes nothing.
+    let declarations = async || {
+        t.store
+            .query_rows(
+                "SELECT count(*) AS n FROM events WHERE event_type IN ('schedule.declared', 'schedule.removed')",
+                &[],
+            )
+            .await
+            .expect("count")[0]["n"]
+            .as_i64()
+    };
+    let before = declarations().await;
+    let mut again = Scheduler::new(Schedules::new(t.store.clone(), clock.clock()));
+    again.step().await.expect("round");
+    assert_eq!(declarations().await, before);
+    assert_eq!(names().await, ["minutely", "pulse"]);
 }
