@@ -401,16 +401,12 @@ impl Learner {
     pub async fn propose(&self, by: &str, now: DateTime<Utc>) -> Result<ProposeReport, LearnError> {
         self.seed_drafted().await?;
         // The checkpoint first: whatever the projection writes after it is past it.
-        let checkpoint = self
-            .store
-            .query_rows(
-                "SELECT position FROM projection_state WHERE name = 'learning'",
-                &[],
-            )
-            .await?
-            .first()
-            .and_then(|r| int(r, "position"))
-            .unwrap_or(0);
+        let checkpoint = crate::projections::queries::checkpoint(&self.store, "learning")
+            .await
+            .map_err(|e| match e {
+                crate::projections::queries::QueryError::Store(e) => LearnError::Store(e),
+                other => LearnError::Invalid(other.to_string()),
+            })?;
         let round = Round {
             checkpoint,
             user_sequences: self.user_sequences().await?,

@@ -33,6 +33,7 @@ on_both_stores!(worker_threads = 4;
     the_views_follow_a_run_and_a_task_live,
     live_streams_resume_and_follow_the_views,
     a_new_projection_version_is_rebuilt_at_start,
+    catching_up_past_full_pages_reads_ahead_and_misses_nothing,
 );
 
 /// Every view's rows, ordered by their keys.
@@ -766,4 +767,53 @@ async fn a_new_projection_version_is_rebuilt_at_start(backend: Backend) {
     .await;
     let _ = stop.send(true);
     runner.await.unwrap().unwrap();
+}
+
+/// Catching up over more than a page reads each next page while the current one is
+/// applied: every event reaches the projections once, none skipped (the audit trail
+/// holds each position), and every checkpoint ends at the head.
+async fn catching_up_past_full_pages_reads_ahead_and_misses_nothing(backend: Backend) {
+    use awl::log::{AppendRequest, ExpectedVersion, NewEvent};
+    let t = TestStore::new(backend).await;
+    let projections = Projections::new(t.store.clone());
+    projections.prepare().await.expect("prepare");
+    // Schedule events: only the audit trail reads them. 7,000 events are pages of
+    // 1,000, 2,000 and 4,000, each full one read ahead of the next.
+    for batch in 0..70 {
+        let stream = StreamRef::new(StreamType::Schedule, format!("s{batch}"));
+        let events = (0..100)
+            .map(|k| NewEvent::new("test.happened", 1, json!({"k": k})))
+            .collect();
+        t.store
+            .append(AppendRequest::new(
+                stream,
+                ExpectedVersion::NoStream,
+                events,
+            ))
+            .await
+            .expect("append");
+    }
+    let head = t.store.head().await.expect("head");
+    assert_eq!(head, 7_000);
+    projections.catch_up_all().await.expect("catch up");
+    let rows = t
+        .store
+        .query_rows(
+            "SELECT count(*) AS n, min(position) AS lo, max(position) AS hi FROM audit",
+            &[],
+        )
+        .await
+        .expect("audit");
+    assert_eq!(
+        (
+            rows[0]["n"].as_i64(),
+            rows[0]["lo"].as_i64(),
+            rows[0]["hi"].as_i64()
+        ),
+        (Some(7_000), Some(1), Some(7_000)),
+        "{rows:?}"
+    );
+    for status in projections.status().await.expect("status") {
+        assert_eq!(status.position, head, "{}", status.name);
+    }
 }

@@ -565,12 +565,14 @@ async fn a_new_scheduler_syncs_the_workflows_changed_since_the_last_sync(backend
     let mut first = Scheduler::new(Schedules::new(t.store.clone(), clock.clock()));
     first.step().await.expect("round");
     assert_eq!(names().await, ["berlin", "minutely"]);
-    let synced = t
-        .store
-        .follower_checkpoint("scheduler.workflows")
-        .await
-        .expect("checkpoint")
-        .expect("recorded after the sync");
+    let checkpoint = async || {
+        t.store
+            .follower_checkpoint("scheduler.workflows")
+            .await
+            .expect("checkpoint")
+            .expect("recorded after the sync")
+    };
+    let synced = checkpoint().await;
     assert!(synced > 0);
     // Meanwhile (no scheduler running) a second file, and a new version of the first
     // without its Berlin schedule.
@@ -586,12 +588,7 @@ async fn a_new_scheduler_syncs_the_workflows_changed_since_the_last_sync(backend
     let mut restarted = Scheduler::new(Schedules::new(t.store.clone(), clock.clock()));
     restarted.step().await.expect("round");
     assert_eq!(names().await, ["minutely", "pulse"]);
-    let now_synced = t
-        .store
-        .follower_checkpoint("scheduler.workflows")
-        .await
-        .expect("checkpoint")
-        .expect("recorded");
+    let now_synced = checkpoint().await;
     assert!(now_synced > synced, "{now_synced} > {synced}");
     // Nothing changed since: a new scheduler declares and removes nothing.
     let declarations = async || {
