@@ -13,6 +13,9 @@
 //! `AWL_IDEMPOTENCY_KEY` (which a step may not override) so a script can recognise a
 //! retry of work it already did.
 //!
+//! A program named without a `/` is found in that `PATH` as `execvp` would find it,
+//! by awl before the spawn (`find_program`), so the spawn is a `posix_spawn`.
+//!
 //! The child runs in a process group of its own. On timeout the whole group is
 //! killed (a `sh -c 'sleep 30 & wait'` does not leave its `sleep` behind), and when
 //! the main process exits whatever it left running in its group is killed too: a
@@ -216,7 +219,8 @@ pub(super) fn prepare(
 
 /// Spawn the process, feed it, capture it, wait for it (or kill it), classify.
 pub(super) async fn run(a: &Attempt<'_>, mut p: Prepared) -> Result<StepSuccess, StepFailure> {
-    let mut cmd = tokio::process::Command::new(&p.program);
+    let program = find_program(&p).map_err(|e| spawn_failure(&p, &e))?;
+    let mut cmd = tokio::process::Command::new(program);
     cmd.args(&p.args)
         .env_clear()
         .envs(p.env.iter().map(|(k, v)| (k, v)))
@@ -255,7 +259,7 @@ pub(super) async fn run(a: &Attempt<'_>, mut p: Prepared) -> Result<StepSuccess,
     // Timed out or exited, nothing of the group may stay behind. On timeout the
     // leader is not reaped yet, so its pid still names the group.
     if let Some(pgid) = group.0.take() {
-        kill_group(pgid).await;
+        kill_group(pgid);
     }
     if waited.is_none() {
         let _ = child.kill().await;
@@ -419,37 +423,21 @@ fn signal_name(signal: i32) -> String {
     format!("signal {signal} ({name})")
 }
 
-/// The command killing every process of group `pgid`.
-///
-/// awl forbids `unsafe`, so there is no direct `kill(2)`; `/bin/sh`'s `kill`
-/// built-in does it (the group id is an argv element, not script text).
-fn kill_group_command(pgid: u32) -> std::process::Command {
-    let mut cmd = std::process::Command::new("/bin/sh");
-    cmd.args(["-c", r#"kill -s KILL -- "-$1" 2>/dev/null"#, "awl"])
-        .arg(pgid.to_string())
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    cmd
-}
-
 /// Kill every process of group `pgid` (a group already gone is no error).
-async fn kill_group(pgid: u32) {
-    let status = tokio::process::Command::from(kill_group_command(pgid))
-        .status()
-        .await;
-    if let Err(e) = status {
-        kill_group_failed(pgid, &e);
+fn kill_group(pgid: u32) {
+    use rustix::io::Errno;
+    use rustix::process::{Pid, Signal, kill_process_group};
+    let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
+        return;
+    };
+    match kill_process_group(pid, Signal::KILL) {
+        Ok(()) | Err(Errno::SRCH) => {}
+        Err(e) => tracing::warn!(
+            pgid,
+            error = %e,
+            "cannot kill a shell step's process group; its processes may outlive the step"
+        ),
     }
-}
-
-fn kill_group_failed(pgid: u32, e: &std::io::Error) {
-    tracing::warn!(
-        pgid,
-        error = %e,
-        "cannot run /bin/sh to kill a shell step's process group; its processes may outlive the step"
-    );
 }
 
 /// Kills the process group when dropped before it was dealt with (the attempt's
@@ -458,12 +446,43 @@ struct GroupGuard(Option<u32>);
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        if let Some(pgid) = self.0.take()
-            && let Err(e) = kill_group_command(pgid).status()
-        {
-            kill_group_failed(pgid, &e);
+        if let Some(pgid) = self.0.take() {
+            kill_group(pgid);
         }
     }
+}
+
+/// The program to execute: a name without a `/` looked up in the `PATH` the
+/// process gets, as `execvp` would (an empty entry is the working directory).
+///
+/// Done here rather than by the spawn so the spawn can be `posix_spawn` (a vfork)
+/// instead of a fork that copies awl's page tables: the standard library forks
+/// whenever it must search a `PATH` the child's environment changes.
+fn find_program(p: &Prepared) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if p.program.contains('/') {
+        return Ok(PathBuf::from(&p.program));
+    }
+    // The last `PATH` wins, as it would in the child's environment.
+    let path = p
+        .env
+        .iter()
+        .rev()
+        .find(|(name, _)| name == "PATH")
+        .map_or(DEFAULT_PATH, |(_, value)| value.as_str());
+    for entry in path.split(':') {
+        let candidate = p.dir.join(entry).join(&p.program);
+        match std::fs::metadata(&candidate) {
+            Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => {
+                return Ok(candidate);
+            }
+            _ => {}
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        format!("`{}` is in no directory of PATH ({path})", p.program),
+    ))
 }
 
 /// What was kept of one output stream.

@@ -289,6 +289,46 @@ async fn runners_shell_json_stdout_is_parsed() {
     assert!(out.get("json").is_none());
 }
 
+/// A program named without a `/` is found in the `PATH` the step's process gets,
+/// as `execvp` finds it: the first directory holding an executable file of that
+/// name (a file that is not executable, or a directory, is passed over), an empty
+/// entry meaning the working directory, and the step's own `PATH` over awl's.
+#[tokio::test]
+async fn runners_shell_finds_programs_in_the_steps_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tmp();
+    let script = |path: &Path, text: &str, mode: u32| {
+        std::fs::write(path, format!("#!/bin/sh\necho {text}\n")).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let first = dir.path().join("first");
+    let second = dir.path().join("second");
+    std::fs::create_dir_all(first.join("awl-greet-d")).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    script(&first.join("awl-greet"), "not-executable", 0o644);
+    script(&second.join("awl-greet"), "from-second", 0o755);
+    script(&dir.path().join("awl-here"), "from-working-dir", 0o755);
+    let path = format!("{}:{}:", first.display(), second.display());
+    let r = Runners::new(RunnersConfig::default());
+    let a = attempt(dir.path(), None);
+    let run = |program: &str| shell(json!({"command": [program], "env": {"PATH": path}}));
+    let out = ok(r.shell(&a, &run("awl-greet")).await);
+    assert_eq!(out["stdout"], "from-second\n");
+    let out = ok(r.shell(&a, &run("awl-here")).await);
+    assert_eq!(out["stdout"], "from-working-dir\n");
+    let f = failed(r.shell(&a, &run("awl-greet-d")).await);
+    assert_eq!(f.class, ErrorClass::Dependency, "{}", f.message);
+    assert!(f.message.contains("not found"), "{}", f.message);
+    // awl's own PATH (no `PATH` in the step): `awl-greet` is on neither.
+    let f = failed(r.shell(&a, &shell(json!({"command": ["awl-greet"]}))).await);
+    assert_eq!(f.class, ErrorClass::Dependency, "{}", f.message);
+    // A path with a `/` is used as it is, relative to the working directory.
+    let out = ok(r
+        .shell(&a, &shell(json!({"command": ["./awl-here"]})))
+        .await);
+    assert_eq!(out["stdout"], "from-working-dir\n");
+}
+
 /// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
 fn ended(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
