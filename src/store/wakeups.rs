@@ -467,4 +467,15 @@ impl EventStore {
             }
         }
     }
+
+    /// Whether any run is in the wake-up queue (unfinished): a cheap check for
+    /// waiting until a batch of runs is done.
+    pub async fn has_wakeups(&self) -> Result<bool, StoreError> {
+        let sql = "SELECT EXISTS (SELECT 1 FROM run_wakeups)";
+        match self.backend() {
+            Backend::Postgres(pg) => sqlx::query_scalar(sql).fetch_one(pg.pool()).await,
+            Backend::Sqlite(lite) => sqlx::query_scalar(sql).fetch_one(lite.writer()).await,
+        }
+        .map_err(StoreError::db("checking the wake-up queue"))
+    }
 }

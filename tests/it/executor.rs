@@ -887,7 +887,15 @@ pub async fn a_release_keeps_a_concurrent_wake_up(backend: Backend) {
         waiting: None,
     };
     let now = Utc::now();
+    assert!(
+        !t.store.has_wakeups().await.unwrap(),
+        "a new store's queue is empty"
+    );
     due_run("r-1", now).await;
+    assert!(
+        t.store.has_wakeups().await.unwrap(),
+        "a due run is in the queue"
+    );
     let later = now + chrono::Duration::seconds(30);
     let claimed = t
         .store
@@ -1062,6 +1070,10 @@ pub async fn every_child_wakes_its_parent(backend: Backend) {
             );
         }
     }
+    assert!(
+        !t.store.has_wakeups().await.unwrap(),
+        "every run ended, parents and children: none is left in the queue"
+    );
 }
 
 // ---------------------------------------------------------------- budgets
