@@ -215,6 +215,12 @@ pub enum EngineError {
 
 /// Decide what `run` does next.
 pub fn tick(definition: &Workflow, run: &Run, input: &TickInput) -> Result<Tick, EngineError> {
+    tick_owned(definition, run.clone(), input)
+}
+
+/// [`tick`] on a run the caller gives up: the tick's state is `run` moved on, not a
+/// copy of it (a worker deciding for hundreds of runs a round copies none).
+pub fn tick_owned(definition: &Workflow, run: Run, input: &TickInput) -> Result<Tick, EngineError> {
     if run.status().is_none() {
         return Err(EngineError::NotStarted);
     }

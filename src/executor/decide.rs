@@ -113,7 +113,7 @@ impl Worker {
                 env: self.config.env.clone(),
                 protection: h.protection.clone(),
             };
-            let tick = engine::tick(&h.definition, &state, &input)?;
+            let tick = engine::tick_owned(&h.definition, std::mem::take(&mut state), &input)?;
             events.extend(tick.events);
             state = tick.state;
             wake_at = tick.wake_at;

@@ -82,7 +82,7 @@ pub(super) struct Walker<'a> {
 }
 
 impl<'a> Walker<'a> {
-    pub(super) fn new(def: &'a Workflow, run: &Run, input: &'a TickInput) -> Self {
+    pub(super) fn new(def: &'a Workflow, run: Run, input: &'a TickInput) -> Self {
         let mut step_ids = Vec::new();
         let mut hooks = BTreeSet::new();
         for step in &def.steps {
@@ -98,7 +98,7 @@ impl<'a> Walker<'a> {
             input,
             run_id: run.id().unwrap_or_default(),
             now: input.now,
-            state: run.clone(),
+            state: run,
             events: Vec::new(),
             effects: Vec::new(),
             wake_at: None,
