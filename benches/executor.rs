@@ -1,10 +1,12 @@
-//! The executor benchmark: steps per second for 1,000 runs of a ten-step no-op
-//! workflow with one and two workers; time from starting a run to its first step
+//! The executor benchmark: steps per second for 1,000 runs of a ten-step workflow
+//! (no-op, `sleep 0`, `http` against a local server, `shell`) with one and two workers; time from starting a run to its first step
 //! starting; replay time of a run with 1,000 events. On Postgres and on SQLite.
 //! Prints Markdown for BENCHMARKS.md.
 //!
 //!     cargo bench --bench executor                       # both stores
 //!     cargo bench --bench executor -- --only postgres --runs 1000
+//!     cargo bench --bench executor -- --only postgres --runs 5000 --steps sleep,http \
+//!         --workers 2 --throughput-only
 //!
 //! Postgres comes from AWL_BENCH_DATABASE_URL or DATABASE_URL (an admin URL; each
 //! measurement creates and drops its own database), default
@@ -24,6 +26,21 @@ use chrono::Utc;
 use serde_json::Map;
 use tokio::sync::watch;
 
+/// A local HTTP server answering `GET /ok` with a small JSON body, for `http`
+/// steps: on loopback, in this process (so on the same 2 cores).
+async fn local_http_server() -> std::net::SocketAddr {
+    let app = axum::Router::new().route(
+        "/ok",
+        axum::routing::get(|| async { axum::Json(serde_json::json!({"ok": true})) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+    addr
+}
+
 #[path = "support/runs.rs"]
 mod runs_support;
 mod support;
@@ -34,6 +51,12 @@ struct Config {
     only: Option<String>,
     runs: usize,
     admin_url: String,
+    /// Which step kinds to measure (`noop`, `sleep`, `http`, `shell`); all if empty.
+    steps: Vec<String>,
+    /// Which worker counts to measure.
+    workers: Vec<usize>,
+    /// Skip the latency and replay measurements.
+    throughput_only: bool,
 }
 
 fn config() -> Config {
@@ -42,11 +65,27 @@ fn config() -> Config {
         only: None,
         runs: 1_000,
         admin_url: support::admin_url(),
+        steps: Vec::new(),
+        workers: vec![1, 2],
+        throughput_only: false,
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--only" => c.only = args.next(),
             "--runs" => c.runs = args.next().and_then(|s| s.parse().ok()).unwrap_or(1_000),
+            "--steps" => {
+                c.steps = args
+                    .next()
+                    .map(|s| s.split(',').map(str::to_string).collect())
+                    .unwrap_or_default();
+            }
+            "--workers" => {
+                c.workers = args
+                    .next()
+                    .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
+                    .unwrap_or_default();
+            }
+            "--throughput-only" => c.throughput_only = true,
             _ => {}
         }
     }
@@ -147,20 +186,40 @@ async fn main() {
         println!("| step | workers | runs | steps | seconds | steps/s |");
         println!("|---|---:|---:|---:|---:|---:|");
         // `noop` is pure: a worker answers it at once and decides on, so a run's ten
-        // steps are one commit. `sleep 0` is performed off the decision path: every
-        // step is a start commit and an outcome commit, batched across runs.
-        for (label, body) in [
-            ("noop", "tool: noop"),
-            ("sleep 0", "tool: sleep, inputs: {seconds: 0}"),
+        // steps are one commit. The others are performed off the decision path, each
+        // recorded as started before it is performed and its outcome after: every
+        // step is a start commit and an outcome commit, batched across runs. `http`
+        // calls a local server; `shell` starts a process.
+        let server = local_http_server().await;
+        let http = format!("type: http, method: GET, url: \"http://{server}/ok\"");
+        for (label, key, body) in [
+            ("noop", "noop", "tool: noop".to_string()),
+            (
+                "sleep 0",
+                "sleep",
+                "tool: sleep, inputs: {seconds: 0}".to_string(),
+            ),
+            ("http GET (local)", "http", http),
+            (
+                "shell `true`",
+                "shell",
+                "type: shell, command: [\"true\"]".to_string(),
+            ),
         ] {
-            for workers in [1, 2] {
-                let (rate, secs) = throughput(kind, &cfg.admin_url, cfg.runs, workers, body).await;
+            if !cfg.steps.is_empty() && !cfg.steps.iter().any(|s| s == key) {
+                continue;
+            }
+            for &workers in &cfg.workers {
+                let (rate, secs) = throughput(kind, &cfg.admin_url, cfg.runs, workers, &body).await;
                 println!(
                     "| {label} | {workers} | {} | {} | {secs:.2} | {rate:.0} |",
                     cfg.runs,
                     cfg.runs * 10
                 );
             }
+        }
+        if cfg.throughput_only {
+            continue;
         }
         let (p50, p99) = first_step_latency(kind, &cfg).await;
         println!(

@@ -70,7 +70,7 @@ pub fn worker(store: &EventStore, owner: &str) -> Worker {
 }
 
 pub async fn all_finished(store: &EventStore, ids: &[RunId]) -> bool {
-    store.wakeups().await.expect("wakeups").is_empty() && {
+    !store.has_wakeups().await.expect("wakeups") && {
         let sample: Vec<String> = ids.iter().take(20).map(|i| i.to_string()).collect();
         let streams = store
             .read_streams(StreamType::Run, &sample)
