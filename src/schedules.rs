@@ -158,23 +158,13 @@ impl Schedules {
         Ok(out)
     }
 
-    /// The names of every schedule stream in the log.
+    /// The names of every schedule stream in the log that was ever declared.
     async fn names(&self) -> Result<BTreeSet<String>> {
-        let filter = EventFilter {
-            stream_types: vec![StreamType::Schedule],
-            event_types: vec!["schedule.declared".into()],
-            ..EventFilter::default()
-        };
-        let mut names = BTreeSet::new();
-        let mut after = 0;
-        loop {
-            let (events, next) = self.store.read_page(after, 5_000, &filter).await?;
-            names.extend(events.into_iter().map(|e| e.stream.id));
-            if next <= after {
-                return Ok(names);
-            }
-            after = next;
-        }
+        let ids = self
+            .store
+            .stream_ids(StreamType::Schedule, Some("schedule.declared"))
+            .await?;
+        Ok(ids.into_iter().collect())
     }
 
     async fn command(

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::domain::Decide;
 use crate::domain::ids::WorkflowName;
 use crate::domain::workflow::{Version, WorkflowCommand, WorkflowDefinition};
-use crate::log::{EventFilter, Metadata, StreamRef, StreamType};
+use crate::log::{Metadata, StreamRef, StreamType};
 use crate::store::command::Command;
 use crate::store::{EventStore, domain_io};
 
@@ -41,20 +41,7 @@ pub struct VersionEntry {
 
 /// Every workflow in the log, by name, with its versions.
 pub async fn list(store: &EventStore) -> Result<Vec<CatalogEntry>, DefinitionError> {
-    let filter = EventFilter {
-        stream_types: vec![StreamType::Workflow],
-        ..EventFilter::default()
-    };
-    let mut names = std::collections::BTreeSet::new();
-    let mut after = 0;
-    loop {
-        let (events, next) = store.read_page(after, 5_000, &filter).await?;
-        names.extend(events.into_iter().map(|e| e.stream.id));
-        if next <= after {
-            break;
-        }
-        after = next;
-    }
+    let names = store.stream_ids(StreamType::Workflow, None).await?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
         let state = load(store, &name).await?;

@@ -231,6 +231,49 @@ impl EventStore {
         Ok((events, scanned))
     }
 
+    /// The ids of the `kind` streams in the log (hot and archived), sorted; with
+    /// `event_type`, of those holding such an event. Read through the streams'
+    /// index, so it costs the streams of that kind, not the whole log (the
+    /// workflow catalog and the schedules list used to scan every event).
+    pub async fn stream_ids(
+        &self,
+        kind: crate::log::StreamType,
+        event_type: Option<&str>,
+    ) -> Result<Vec<String>, StoreError> {
+        let what = format!("listing the {kind} streams");
+        match self.backend() {
+            Backend::Postgres(pg) => {
+                sqlx::query_scalar(
+                    "SELECT stream_id FROM events WHERE stream_type = $1 \
+                   AND ($2::text IS NULL OR event_type = $2) \
+                 UNION \
+                 SELECT stream_id FROM events_archive WHERE stream_type = $1 \
+                   AND ($2::text IS NULL OR event_type = $2) \
+                 ORDER BY 1",
+                )
+                .bind(kind.as_str())
+                .bind(event_type)
+                .fetch_all(pg.pool())
+                .await
+            }
+            Backend::Sqlite(lite) => {
+                sqlx::query_scalar(
+                    "SELECT stream_id FROM events WHERE stream_type = ?1 \
+                   AND (?2 IS NULL OR event_type = ?2) \
+                 UNION \
+                 SELECT stream_id FROM events_archive WHERE stream_type = ?1 \
+                   AND (?2 IS NULL OR event_type = ?2) \
+                 ORDER BY 1",
+                )
+                .bind(kind.as_str())
+                .bind(event_type)
+                .fetch_all(lite.reader())
+                .await
+            }
+        }
+        .map_err(StoreError::db(what))
+    }
+
     /// The events of a stream its state is folded from: from its last continuation
     /// (an event carrying the whole state, [`crate::log::CONTINUED_EVENT_TYPE`]) on,
     /// or every event when it has none. For its history, [`EventStore::read_stream`].

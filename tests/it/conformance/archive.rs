@@ -81,3 +81,78 @@ pub async fn an_archived_stream_reads_the_same_and_takes_no_append(backend: Back
         .expect("append after the move");
     assert_eq!(next.first_position, 5);
 }
+
+/// The ids of one kind's streams, hot and archived, sorted and each once; with an
+/// event type, only the streams holding such an event.
+pub async fn stream_ids_lists_a_kinds_streams_hot_and_archived(backend: Backend) {
+    use awl::log::NewEvent;
+    let t = TestStore::new(backend).await;
+    let marked = || vec![NewEvent::new("test.marked", 1, serde_json::json!({}))];
+    for (kind, id, n) in [
+        (StreamType::Task, "b", 2),
+        (StreamType::Task, "a", 3),
+        (StreamType::Run, "r", 1),
+        (StreamType::Task, "c", 1),
+    ] {
+        t.store
+            .append(append(
+                &stream(kind, id),
+                ExpectedVersion::NoStream,
+                events(0, n),
+            ))
+            .await
+            .expect("append");
+    }
+    t.store
+        .append(append(
+            &stream(StreamType::Task, "a"),
+            ExpectedVersion::Exactly(3),
+            marked(),
+        ))
+        .await
+        .expect("mark a");
+    t.store
+        .append(append(
+            &stream(StreamType::Task, "c"),
+            ExpectedVersion::Exactly(1),
+            marked(),
+        ))
+        .await
+        .expect("mark c");
+    let moved = t
+        .store
+        .archive_streams(StreamType::Task, &["a".to_string()], chrono::Utc::now())
+        .await
+        .expect("archive");
+    assert_eq!(moved.streams, vec!["a".to_string()], "a is archived");
+
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        t.store
+            .stream_ids(StreamType::Task, None)
+            .await
+            .expect("list"),
+        ids(&["a", "b", "c"])
+    );
+    assert_eq!(
+        t.store
+            .stream_ids(StreamType::Task, Some("test.marked"))
+            .await
+            .expect("list marked"),
+        ids(&["a", "c"])
+    );
+    assert_eq!(
+        t.store
+            .stream_ids(StreamType::Run, None)
+            .await
+            .expect("runs"),
+        ids(&["r"])
+    );
+    assert!(
+        t.store
+            .stream_ids(StreamType::Agent, None)
+            .await
+            .expect("agents")
+            .is_empty()
+    );
+}

@@ -43,4 +43,5 @@ crate::support::on_both_stores!(
     events_refuses_bad_arguments_with_a_reason,
     events_follow_prints_what_is_appended_later,
     an_archived_stream_reads_the_same_and_takes_no_append,
+    stream_ids_lists_a_kinds_streams_hot_and_archived,
 );
