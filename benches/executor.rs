@@ -1,6 +1,7 @@
 //! The executor benchmark: steps per second for 1,000 runs of a ten-step workflow
-//! (no-op, `sleep 0`, `http` against a local server, `shell`) with one and two workers; time from starting a run to its first step
-//! starting; replay time of a run with 1,000 events. On Postgres and on SQLite.
+//! (no-op, `sleep 0`, `http` against a local server, `shell`) with one and two
+//! workers; time from starting a run to its first step starting; replay time of a
+//! run with 1,000 events. On Postgres and on SQLite.
 //! Prints Markdown for BENCHMARKS.md.
 //!
 //!     cargo bench --bench executor                       # both stores

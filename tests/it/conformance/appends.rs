@@ -359,3 +359,69 @@ pub async fn the_log_is_append_only(backend: Backend) {
     }
     assert_eq!(t.store.read_stream(&s).await.unwrap().len(), 1);
 }
+
+/// Several streams read at once for folding: each from its last `run.continued` (the
+/// event that carries the whole state) on, or whole when it has none; an id asked
+/// twice read once, an unknown id empty, another kind's stream of the same id not
+/// mixed in.
+pub async fn streams_are_read_from_their_last_continuation(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let continued = |n: usize| NewEvent::new(awl::log::CONTINUED_EVENT_TYPE, 1, json!({ "n": n }));
+    let mut long = events(0, 2);
+    long.push(continued(2));
+    long.extend(events(3, 1));
+    long.push(continued(4));
+    long.extend(events(5, 2));
+    t.store
+        .append(append(
+            &stream(StreamType::Run, "r-long"),
+            ExpectedVersion::NoStream,
+            long,
+        ))
+        .await
+        .expect("append the continued run");
+    t.store
+        .append(append(
+            &stream(StreamType::Run, "r-short"),
+            ExpectedVersion::NoStream,
+            events(0, 2),
+        ))
+        .await
+        .expect("append the plain run");
+    // The same id in another kind, continued: not a run's event.
+    t.store
+        .append(append(
+            &stream(StreamType::Task, "r-short"),
+            ExpectedVersion::NoStream,
+            vec![continued(0)],
+        ))
+        .await
+        .expect("append the task");
+
+    let ids = ["r-short", "r-long", "r-long", "r-none"].map(String::from);
+    let read = t
+        .store
+        .read_streams(StreamType::Run, &ids)
+        .await
+        .expect("read");
+    let versions = |id: &str| read[id].iter().map(|e| e.version).collect::<Vec<_>>();
+    assert_eq!(
+        versions("r-long"),
+        vec![5, 6, 7],
+        "from the last continuation on"
+    );
+    assert_eq!(read["r-long"][0].event_type, awl::log::CONTINUED_EVENT_TYPE);
+    assert_eq!(
+        versions("r-short"),
+        vec![1, 2],
+        "no continuation: the whole stream"
+    );
+    assert!(read["r-none"].is_empty(), "an unknown id reads empty");
+    assert_eq!(read.len(), 3);
+    let current = t
+        .store
+        .read_current(&stream(StreamType::Run, "r-long"))
+        .await
+        .expect("current");
+    assert_eq!(current, read["r-long"]);
+}

@@ -103,22 +103,16 @@ pub async fn stream_ids_lists_a_kinds_streams_hot_and_archived(backend: Backend)
             .await
             .expect("append");
     }
-    t.store
-        .append(append(
-            &stream(StreamType::Task, "a"),
-            ExpectedVersion::Exactly(3),
-            marked(),
-        ))
-        .await
-        .expect("mark a");
-    t.store
-        .append(append(
-            &stream(StreamType::Task, "c"),
-            ExpectedVersion::Exactly(1),
-            marked(),
-        ))
-        .await
-        .expect("mark c");
+    for (id, version) in [("a", 3), ("c", 1)] {
+        t.store
+            .append(append(
+                &stream(StreamType::Task, id),
+                ExpectedVersion::Exactly(version),
+                marked(),
+            ))
+            .await
+            .expect("mark");
+    }
     let moved = t
         .store
         .archive_streams(StreamType::Task, &["a".to_string()], chrono::Utc::now())

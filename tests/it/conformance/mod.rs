@@ -21,6 +21,7 @@ use tailing::*;
 crate::support::on_both_stores!(
     worker_threads = 4;
     appends_and_reads_back_a_stream,
+    streams_are_read_from_their_last_continuation,
     wrong_expected_version_is_a_conflict_and_writes_nothing,
     invalid_appends_are_refused_before_the_database,
     transactions_append_many_streams_all_or_nothing,
