@@ -56,6 +56,13 @@ pub struct Cli {
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     database_url: Option<String>,
 
+    /// Connections in the pool of a command that does work (`serve`, `worker`, `run`,
+    /// `rerun`, `schedules`). Many processes over one Postgres share its
+    /// `max_connections` (each server also holds one more for LISTEN).
+    #[arg(long, env = "AWL_DB_POOL", global = true, default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(2..=1024))]
+    db_pool: u32,
+
     #[command(flatten)]
     declarations: agents::Declarations,
 
@@ -209,10 +216,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Events(args) => events::run(&open(&location, true).await?, args).await,
         Command::Run(args) => {
-            run::run(open_for_work(&location).await?, args, &cli.declarations).await
+            run::run(
+                open_for_work(&location, cli.db_pool).await?,
+                args,
+                &cli.declarations,
+            )
+            .await
         }
         Command::Worker(args) => {
-            worker::worker(open_for_work(&location).await?, args, &cli.declarations).await
+            worker::worker(
+                open_for_work(&location, cli.db_pool).await?,
+                args,
+                &cli.declarations,
+            )
+            .await
         }
         Command::List(args) => list::list(open(&location, true).await?, args).await,
         Command::Status(args) => status::status(open(&location, true).await?, args).await,
@@ -222,16 +239,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pause(args) => pause::pause(open(&location, true).await?, args).await,
         Command::Bulk(args) => bulk::bulk(open(&location, true).await?, args).await,
         Command::Schedules(args) => {
-            schedules::schedules(open_for_work(&location).await?, args).await
+            schedules::schedules(open_for_work(&location, cli.db_pool).await?, args).await
         }
         Command::Rerun(args) => {
-            rerun::rerun(open_for_work(&location).await?, args, &cli.declarations).await
+            rerun::rerun(
+                open_for_work(&location, cli.db_pool).await?,
+                args,
+                &cli.declarations,
+            )
+            .await
         }
         Command::Workflows(args) => workflows::workflows(open(&location, true).await?, args).await,
         Command::Resume(args) => resume::resume(open(&location, true).await?, args).await,
         Command::Replay(args) => replay::replay(open(&location, true).await?, args).await,
         Command::Serve(args) => {
-            serve::run(open_for_work(&location).await?, args, &cli.declarations).await
+            serve::run(
+                open_for_work(&location, cli.db_pool).await?,
+                args,
+                &cli.declarations,
+            )
+            .await
         }
         Command::Send(args) => {
             let store = store_unless(args.target_is_remote(), &location).await?;
@@ -317,11 +344,11 @@ async fn store_unless(
     }
 }
 
-/// A store for executing runs: a bigger pool.
-async fn open_for_work(location: &StoreLocation) -> anyhow::Result<EventStore> {
+/// A store for executing runs: a bigger pool (`--db-pool`).
+async fn open_for_work(location: &StoreLocation, pool: u32) -> anyhow::Result<EventStore> {
     let options = StoreOptions {
         migrate: true,
-        max_connections: 16,
+        max_connections: pool,
         ..StoreOptions::default()
     };
     Ok(EventStore::open(location, options).await?)

@@ -108,6 +108,11 @@ pub struct ServeArgs {
     /// Successes over executions a tool sequence needs before it is proposed (0 to 1).
     #[arg(long, env = "AWL_LEARN_MIN_CONFIDENCE", default_value_t = 0.8)]
     learn_min_confidence: f64,
+    /// Serve the views (board rows, runs, timelines, inbox, audit, analytics) from this
+    /// streaming replica of the store's Postgres; commands, claims and checkpoints stay
+    /// on the store. Refused unless it is the same cluster and database.
+    #[arg(long, env = "AWL_READ_DATABASE_URL", hide_env_values = true)]
+    read_database_url: Option<String>,
 }
 
 pub async fn run(
@@ -158,6 +163,14 @@ pub async fn run(
         worker.history_limit = args.history_limit;
         worker.history_bytes = args.history_bytes;
         config.worker = Some(worker);
+    }
+    if let Some(url) = args.read_database_url.as_deref() {
+        let read = crate::store::StoreLocation::parse(url)?;
+        config.read_store = Some(store.open_read_replica(&read, 16).await?);
+        eprintln!(
+            "awl serve: views are read from {}",
+            crate::store::redact(url)
+        );
     }
     let location = store.location().clone();
     let runners = runners_with_chat(config.chat.clone())?;

@@ -79,6 +79,18 @@ pub struct AppState {
     pub waits: waits::WaitSlots,
     /// What Slack and Discord send (none without a chat file).
     pub chat: Option<crate::chat::incoming::Incoming>,
+    /// A streaming replica the views are read from (`None`: the store itself).
+    pub read_store: Option<EventStore>,
+}
+
+impl AppState {
+    /// Where view queries are served: the read database when there is one, else the
+    /// store. Commands, claims, checkpoints and the board's own view stay on the store.
+    pub fn views(&self) -> &EventStore {
+        self.read_store
+            .as_ref()
+            .unwrap_or_else(|| self.board.store())
+    }
 }
 
 /// How the server runs.
@@ -125,6 +137,9 @@ pub struct ServeConfig {
     pub solve_abandoned_after: Option<Duration>,
     /// Slack and Discord: the channels, routes and apps (none: no chat).
     pub chat: Option<Arc<crate::chat::ChatConfig>>,
+    /// Serve view queries from this read database (a streaming replica of the store,
+    /// opened with `EventStore::open_read_replica`); `None`: from the store.
+    pub read_store: Option<EventStore>,
 }
 
 impl ServeConfig {
@@ -149,6 +164,7 @@ impl ServeConfig {
             agents: Vec::new(),
             solve_abandoned_after: None,
             chat: None,
+            read_store: None,
         }
     }
 }
@@ -277,6 +293,7 @@ pub async fn start(
                 clock.clone(),
             )
         }),
+        read_store: config.read_store.clone(),
     };
     let agents = state.agents.clone();
     let chat_incoming = state.chat.clone();

@@ -40,6 +40,7 @@ mod models;
 mod observability;
 mod projections;
 mod registry_tools;
+mod replica;
 mod runners;
 mod schedules;
 mod secrets;

@@ -168,7 +168,10 @@ pub async fn view_stream(
         .tail(after, filter)
         .take_until(wait_closed(closing))
         .then(move |e| {
-            let store = app.board.store().clone();
+            // The checkpoint as the views' database has it: with a read replica, an
+            // event is told once the replica holds the projection's rows for it, so a
+            // dashboard that re-reads the view on this signal sees the change.
+            let store = app.views().clone();
             let seen = seen.clone();
             async move {
                 let e = match e {

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::projections::Projections;
 use crate::server::AppState;
+use crate::store::EventStore;
 use crate::telemetry;
 
 /// `GET /health`.
@@ -43,14 +44,15 @@ pub struct Readiness {
 /// One condition of readiness.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ReadyCheck {
-    /// `database`, `migrations` or `projections`.
+    /// `database`, `migrations`, `projections` or `read_database`.
     pub name: String,
     pub ok: bool,
     pub detail: String,
 }
 
-/// Ready when the database answers, every migration is applied, and every projection
-/// is within the configured lag of the log's head. 503 otherwise, saying which.
+/// Ready when the database answers, every migration is applied, every projection is
+/// within the configured lag of the log's head, and the read database (when views are
+/// served from a replica) answers within that lag too. 503 otherwise, saying which.
 pub async fn ready(State(app): State<AppState>) -> Response {
     let readiness = readiness(&app).await;
     let status = if readiness.ready {
@@ -99,10 +101,42 @@ async fn readiness(app: &AppState) -> Readiness {
         };
         checks.push(check("projections", projections));
     }
+    if let Some(replica) = &app.read_store {
+        checks.push(check(
+            "read_database",
+            read_database(store, replica, app.ready_max_lag).await,
+        ));
+    }
     Readiness {
         ready: checks.iter().all(|c| c.ok),
         checks,
     }
+}
+
+/// The read database (views) answers and is within `max` events of the log's head.
+async fn read_database(
+    store: &EventStore,
+    replica: &EventStore,
+    max: i64,
+) -> Result<String, String> {
+    let status = store
+        .replica_status(replica)
+        .await
+        .map_err(|e| e.to_string())?;
+    let what = if status.in_recovery {
+        "a standby"
+    } else {
+        "not a standby (the primary itself)"
+    };
+    if status.lag() > max {
+        return Err(format!(
+            "{what} {} events behind the log (at {}, the head is {}), more than {max}",
+            status.lag(),
+            status.replica_head,
+            status.primary_head
+        ));
+    }
+    Ok(format!("{what} {} events behind the log", status.lag()))
 }
 
 /// `GET /metrics`: every metric of this process, in the Prometheus text format.

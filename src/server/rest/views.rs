@@ -1,5 +1,8 @@
 //! The read models over HTTP: each handler parses its query parameters into a typed
-//! filter and calls `projections::queries`.
+//! filter and calls `projections::queries` on `AppState::views`: a streaming replica
+//! when the server was given one (`--read-database-url`), so these reads leave the
+//! primary to appends and claims. The projections' status (checkpoints against the
+//! head) is always the primary's.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -87,7 +90,7 @@ pub async fn board(
         after: p.after()?,
         limit: p.limit(),
     };
-    Ok(Json(queries::board(app.board.store(), &filter).await?))
+    Ok(Json(queries::board(app.views(), &filter).await?))
 }
 
 pub async fn runs(
@@ -102,14 +105,14 @@ pub async fn runs(
         after: p.after()?,
         limit: p.limit(),
     };
-    Ok(Json(queries::runs(app.board.store(), &filter).await?))
+    Ok(Json(queries::runs(app.views(), &filter).await?))
 }
 
 pub async fn timeline(
     State(app): State<AppState>,
     Path(run_id): Path<String>,
 ) -> Api<Json<Timeline>> {
-    queries::timeline(app.board.store(), &run_id)
+    queries::timeline(app.views(), &run_id)
         .await?
         .map(Json)
         .ok_or_else(|| {
@@ -125,11 +128,11 @@ pub async fn inbox(
         workflow: p.workflow.clone(),
         limit: p.limit(),
     };
-    Ok(Json(queries::inbox(app.board.store(), &filter).await?))
+    Ok(Json(queries::inbox(app.views(), &filter).await?))
 }
 
 pub async fn agents(State(app): State<AppState>) -> Api<Json<Vec<AgentRow>>> {
-    Ok(Json(queries::agents(app.board.store()).await?))
+    Ok(Json(queries::agents(app.views()).await?))
 }
 
 pub async fn audit(
@@ -143,7 +146,7 @@ pub async fn audit(
         after: p.after()?,
         limit: p.limit(),
     };
-    Ok(Json(queries::audit(app.board.store(), &filter).await?))
+    Ok(Json(queries::audit(app.views(), &filter).await?))
 }
 
 pub async fn workflow_analytics(
@@ -155,9 +158,7 @@ pub async fn workflow_analytics(
         since: p.since()?,
         until: p.until()?,
     };
-    Ok(Json(
-        queries::workflow_stats(app.board.store(), &filter).await?,
-    ))
+    Ok(Json(queries::workflow_stats(app.views(), &filter).await?))
 }
 
 pub async fn step_analytics(
@@ -165,7 +166,7 @@ pub async fn step_analytics(
     Params(p): Params<ViewParams>,
 ) -> Api<Json<Vec<StepStats>>> {
     Ok(Json(
-        queries::step_stats(app.board.store(), p.workflow.as_deref()).await?,
+        queries::step_stats(app.views(), p.workflow.as_deref()).await?,
     ))
 }
 
@@ -182,7 +183,7 @@ pub async fn model_analytics(
         since: p.since()?,
         until: p.until()?,
     };
-    Ok(Json(queries::model_use(app.board.store(), &filter).await?))
+    Ok(Json(queries::model_use(app.views(), &filter).await?))
 }
 
 /// awl's own agents' solves, newest first.
@@ -199,11 +200,11 @@ pub async fn solves(
         limit: p.limit(),
         ..SolveFilter::default()
     };
-    Ok(Json(queries::solves(app.board.store(), &filter).await?))
+    Ok(Json(queries::solves(app.views(), &filter).await?))
 }
 
 pub async fn agent_analytics(State(app): State<AppState>) -> Api<Json<Vec<AgentStats>>> {
-    Ok(Json(queries::agent_stats(app.board.store()).await?))
+    Ok(Json(queries::agent_stats(app.views()).await?))
 }
 
 /// Each projection's checkpoint and lag.

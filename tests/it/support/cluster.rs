@@ -1,15 +1,23 @@
 //! A PostgreSQL cluster of the test's own, which the test may crash: `initdb` into a
 //! fresh directory, `pg_ctl start` on a free port, `pg_ctl stop -m immediate` (no
 //! checkpoint, no clean shutdown: what a power cut or a killed server leaves, recovered
-//! from the WAL at the next start) and start again on the same port and data.
+//! from the WAL at the next start) and start again on the same port and data; and a
+//! streaming replica of such a cluster (`pg_basebackup -R`).
 //!
 //! The binaries are Debian's (`/usr/lib/postgresql/*/bin`) or the first on `PATH`. As
-//! root, `initdb` and the server run as the `postgres` system user.
+//! root, `initdb` and the server run as the `postgres` system user. The file stands
+//! alone (std and uuid only) so the scale benchmark includes it too.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::server::free_port;
+/// A port nothing listens on (for a cluster or an `awl serve` child process).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
 
 pub struct Cluster {
     dir: PathBuf,
@@ -69,6 +77,45 @@ impl Cluster {
         );
         cluster.start_again();
         cluster
+    }
+
+    /// A streaming replica of this cluster, started: `pg_basebackup -R` (a standby
+    /// that replays the primary's WAL as it is streamed) into a fresh directory, on a
+    /// port of its own. initdb's default `pg_hba.conf` lets local replication in.
+    pub fn replica(&self) -> Self {
+        let dir = std::env::temp_dir().join(format!("awl-pg-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("the replica's folder");
+        if self.as_postgres {
+            run(Command::new("chown").args(["postgres", &dir.to_string_lossy()]));
+        }
+        let replica = Self {
+            port: free_port(),
+            dir,
+            bin: self.bin.clone(),
+            as_postgres: self.as_postgres,
+        };
+        let data = replica.data();
+        let port = self.port.to_string();
+        replica.pg(
+            "pg_basebackup",
+            &[
+                "-D",
+                &data,
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ],
+        );
+        replica.start_again();
+        replica
     }
 
     fn data(&self) -> String {

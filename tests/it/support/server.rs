@@ -69,13 +69,7 @@ pub async fn tokens(store: &EventStore, agents: &[&str]) -> Tokens {
     }
 }
 
-/// A port nothing listens on (for an `awl serve` child process).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+pub use super::cluster::free_port;
 
 /// A client of the API at one base URL.
 #[derive(Clone)]

@@ -1,0 +1,487 @@
+//! Growing past one process (issue 18): throughput as `awl worker` and `awl serve`
+//! processes are added over one Postgres, and view queries served from a streaming
+//! replica while the primary runs the executor, its claims, appends and checkpoints.
+//!
+//! *Workers*: `--runs` ten-step runs of `sleep 0` are started, then 1, 2 and 4
+//! `awl worker` processes (the release binary, `--db-pool` connections each) carry
+//! them out; steps per second from spawning the processes to the last run finished.
+//! *Servers*: 1, 2 and 4 `awl serve --no-worker` processes (auth on); 20 agents, each
+//! calling one server (in turn), wait, ack and complete while 4 senders (each on
+//! one server) send 4,000 tasks; full lifecycles per second. A task sent to one
+//! server reaches an agent waiting on another through the log (each server's board
+//! follows it). Both on the Postgres of AWL_BENCH_DATABASE_URL / DATABASE_URL /
+//! the local server, a fresh database each.
+//!
+//! *Replica*: the benchmark starts a Postgres cluster of its own (durable settings) and a
+//! streaming replica of it (`pg_basebackup -R`), both on this machine. For each place
+//! the views are read from (the primary, then the replica) it starts `--runs` ten-step
+//! runs of `sleep 0` on a fresh database, starts `awl serve` in this process (its own
+//! executor, the projections, auth off on loopback) and, while the executor works,
+//! `--readers` clients read views in a loop over HTTP (`/api/v1/views/runs?limit=50`
+//! and `/api/v1/views/analytics/workflows`, in turn). It reports the executor's steps
+//! per second, the views answered per second with their latency, and, with a replica,
+//! how many events the replica was behind the log (sampled every 20 ms).
+//! Prints Markdown for BENCHMARKS.md.
+//!
+//!     cargo bench --bench scale
+//!     cargo bench --bench scale -- --parts workers,servers --processes 1,2,4 --db-pool 8
+//!     cargo bench --bench scale -- --parts replica --runs 5000 --readers 4
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use awl::auth::{Role, create_token};
+use awl::clock::system_clock;
+use awl::executor::WorkerConfig;
+use awl::runners::{Runners, RunnersConfig};
+use awl::server::{self, ServeConfig};
+use awl::store::{EventStore, StoreLocation};
+use chrono::Utc;
+use serde_json::{Value, json};
+
+#[allow(
+    dead_code,
+    reason = "the benchmark uses only the cluster and its replica"
+)]
+#[path = "../tests/it/support/cluster.rs"]
+mod cluster;
+#[path = "support/runs.rs"]
+#[allow(dead_code, reason = "shared with the executor benchmark")]
+mod runs_support;
+mod support;
+
+use cluster::Cluster;
+use runs_support::{all_finished, register, start_runs, workflow_of};
+use support::percentile;
+
+struct Config {
+    runs: usize,
+    readers: usize,
+    /// Which parts to measure (`workers`, `servers`, `replica`); all if empty.
+    parts: Vec<String>,
+    /// The process counts of the workers and servers parts.
+    processes: Vec<usize>,
+    /// Each process's pool (`--db-pool`).
+    db_pool: u32,
+}
+
+impl Config {
+    fn wants(&self, part: &str) -> bool {
+        self.parts.is_empty() || self.parts.iter().any(|p| p == part)
+    }
+}
+
+fn config() -> Config {
+    let mut args = std::env::args().skip(1);
+    let mut c = Config {
+        runs: 5_000,
+        readers: 4,
+        parts: Vec::new(),
+        processes: vec![1, 2, 4],
+        db_pool: 8,
+    };
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--runs" => c.runs = args.next().and_then(|s| s.parse().ok()).unwrap_or(c.runs),
+            "--readers" => {
+                c.readers = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(c.readers)
+            }
+            _ => {}
+        }
+    }
+    c
+}
+
+/// What one measurement found.
+struct Measured {
+    steps_per_s: f64,
+    views_per_s: f64,
+    view_p50_ms: f64,
+    view_p99_ms: f64,
+    /// Events behind the log: p50, p99, max (empty without a replica).
+    lag: Option<(f64, f64, f64)>,
+}
+
+/// The read store on the replica, once the replica has replayed the database's
+/// creation and its migrations.
+async fn open_replica(store: &EventStore, url: &str) -> EventStore {
+    let location = StoreLocation::Postgres(url.to_string());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match store.open_read_replica(&location, 16).await {
+            Ok(read) => return read,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the replica never became usable: {e}"),
+        }
+    }
+}
+
+async fn views_under_load(primary: &Cluster, replica: Option<&Cluster>, c: &Config) -> Measured {
+    let fresh = runs_support::fresh("postgres", &primary.url("postgres")).await;
+    let StoreLocation::Postgres(url) = &fresh.location else {
+        unreachable!("a Postgres store")
+    };
+    let database = url.rsplit('/').next().expect("a database name").to_string();
+    let dir = tempfile::tempdir().expect("dir");
+    let registered = register(
+        &fresh.store,
+        &workflow_of(dir.path(), "ten", 10, "tool: sleep, inputs: {seconds: 0}"),
+    )
+    .await;
+    let ids = start_runs(&fresh.store, &registered, c.runs).await;
+    let read = match replica {
+        Some(r) => Some(open_replica(&fresh.store, &r.url(&database)).await),
+        None => None,
+    };
+    let mut config = ServeConfig::new("127.0.0.1:0".parse().expect("addr"));
+    let mut worker = WorkerConfig::new("bench-serve");
+    worker.poll = Duration::from_millis(20);
+    config.worker = Some(worker);
+    config.read_store = read.clone();
+    config.learn_every = None;
+    let started = Instant::now();
+    let server = server::start(
+        fresh.store.clone(),
+        config,
+        Runners::new(RunnersConfig::default()),
+        system_clock(),
+    )
+    .await
+    .expect("server");
+    let base = format!("http://{}", server.addr);
+    let done = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for r in 0..c.readers {
+        let (base, done) = (base.clone(), done.clone());
+        readers.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut latencies = Vec::new();
+            let mut i = r;
+            while !done.load(Ordering::Relaxed) {
+                let path = if i % 2 == 0 {
+                    "/api/v1/views/runs?limit=50"
+                } else {
+                    "/api/v1/views/analytics/workflows"
+                };
+                i += 1;
+                let at = Instant::now();
+                let answer = http
+                    .get(format!("{base}{path}"))
+                    .send()
+                    .await
+                    .expect("view");
+                assert!(answer.status().is_success(), "{path}: {}", answer.status());
+                answer.bytes().await.expect("body");
+                latencies.push(at.elapsed().as_secs_f64() * 1_000.0);
+            }
+            latencies
+        }));
+    }
+    let sampler = read.clone().map(|read| {
+        let (store, done) = (fresh.store.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut lags = Vec::new();
+            while !done.load(Ordering::Relaxed) {
+                let status = store.replica_status(&read).await.expect("replica status");
+                lags.push(status.lag() as f64);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            lags
+        })
+    });
+    while !all_finished(&fresh.store, &ids).await {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    done.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    for r in readers {
+        latencies.extend(r.await.expect("reader"));
+    }
+    latencies.sort_by(f64::total_cmp);
+    let lag = match sampler {
+        Some(s) => {
+            let mut lags = s.await.expect("sampler");
+            lags.sort_by(f64::total_cmp);
+            Some((
+                percentile(&lags, 0.5),
+                percentile(&lags, 0.99),
+                *lags.last().unwrap_or(&0.0),
+            ))
+        }
+        None => None,
+    };
+    server.shutdown().await.expect("shutdown");
+    Measured {
+        steps_per_s: (c.runs * 10) as f64 / elapsed,
+        views_per_s: latencies.len() as f64 / elapsed,
+        view_p50_ms: percentile(&latencies, 0.5),
+        view_p99_ms: percentile(&latencies, 0.99),
+        lag,
+    }
+}
+
+/// `awl` child processes on the store at `url`, killed when dropped.
+struct Processes {
+    _children: Vec<tokio::process::Child>,
+}
+
+impl Processes {
+    fn spawn(url: &str, pool: u32, args: &[Vec<String>]) -> Self {
+        Self {
+            _children: args
+                .iter()
+                .map(|a| {
+                    tokio::process::Command::new(env!("CARGO_BIN_EXE_awl"))
+                        .args(a)
+                        .env("DATABASE_URL", url)
+                        .env("AWL_DB_POOL", pool.to_string())
+                        .env_remove("AWL_LOG")
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::inherit())
+                        .kill_on_drop(true)
+                        .spawn()
+                        .expect("start awl")
+                })
+                .collect(),
+        }
+    }
+}
+
+fn url_of(location: &StoreLocation) -> String {
+    match location {
+        StoreLocation::Postgres(url) => url.clone(),
+        StoreLocation::Sqlite(_) => unreachable!("the scale benchmark runs on Postgres"),
+    }
+}
+
+/// Steps per second of `n` worker processes over `runs` ten-step `sleep 0` runs.
+async fn workers(n: usize, c: &Config) -> f64 {
+    let fresh = runs_support::fresh("postgres", &support::admin_url()).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let registered = register(
+        &fresh.store,
+        &workflow_of(dir.path(), "ten", 10, "tool: sleep, inputs: {seconds: 0}"),
+    )
+    .await;
+    let ids = start_runs(&fresh.store, &registered, c.runs).await;
+    let started = Instant::now();
+    let args: Vec<Vec<String>> = (0..n).map(|_| vec!["worker".to_string()]).collect();
+    let _workers = Processes::spawn(&url_of(&fresh.location), c.db_pool, &args);
+    while !all_finished(&fresh.store, &ids).await {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (c.runs * 10) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// A client of one server with one token.
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Client {
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .expect("the server answers");
+        let status = response.status();
+        let value: Value = response.json().await.expect("json");
+        assert!(status.is_success(), "POST {path}: {status} {value}");
+        value
+    }
+}
+
+const TASKS: usize = 4_000;
+const AGENTS: usize = 20;
+const SENDERS: usize = 4;
+
+/// Full board lifecycles per second over `n` server processes.
+async fn servers(n: usize, c: &Config) -> f64 {
+    let fresh = runs_support::fresh("postgres", &support::admin_url()).await;
+    let now = Utc::now();
+    let operator = create_token(&fresh.store, "bench-ops", Role::Operator, "bench", now)
+        .await
+        .expect("token")
+        .1;
+    let mut agents = Vec::new();
+    for i in 0..AGENTS {
+        let name = format!("agent-{i}");
+        let token = create_token(&fresh.store, &name, Role::Agent, "bench", now)
+            .await
+            .expect("token")
+            .1;
+        agents.push((name, token));
+    }
+    let ports: Vec<u16> = (0..n).map(|_| cluster::free_port()).collect();
+    let args: Vec<Vec<String>> = ports
+        .iter()
+        .map(|p| {
+            ["serve", "--no-worker", "--bind", &format!("127.0.0.1:{p}")]
+                .map(str::to_string)
+                .to_vec()
+        })
+        .collect();
+    let _servers = Processes::spawn(&url_of(&fresh.location), c.db_pool, &args);
+    let bases: Vec<String> = ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
+    let http = reqwest::Client::new();
+    for base in &bases {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !http
+            .get(format!("{base}/health"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(Instant::now() < deadline, "{base} never answered");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let client = |i: usize, token: &str| Client {
+        http: http.clone(),
+        base: bases[i % n].clone(),
+        token: token.to_string(),
+    };
+    for (i, (name, token)) in agents.iter().enumerate() {
+        client(i, token)
+            .post(
+                "/api/v1/agents",
+                json!({"agent_id": name, "capabilities": ["rust"]}),
+            )
+            .await;
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let completed = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = agents
+        .iter()
+        .enumerate()
+        .map(|(i, (name, token))| {
+            let (agent, name) = (client(i, token), name.clone());
+            let (done, completed) = (done.clone(), completed.clone());
+            tokio::spawn(async move {
+                while !done.load(Ordering::Relaxed) {
+                    let got = agent
+                        .post(
+                            &format!("/api/v1/agents/{name}/wait"),
+                            json!({"timeout_seconds": 0.5}),
+                        )
+                        .await;
+                    let Some(id) = got["task"]["task_id"].as_str() else {
+                        continue;
+                    };
+                    agent
+                        .post(&format!("/api/v1/tasks/{id}/ack"), json!({}))
+                        .await;
+                    agent
+                        .post(
+                            &format!("/api/v1/tasks/{id}/complete"),
+                            json!({"result": {"ok": true}}),
+                        )
+                        .await;
+                    completed.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let senders: Vec<_> = (0..SENDERS)
+        .map(|s| {
+            let sender = client(s, &operator);
+            tokio::spawn(async move {
+                for i in 0..TASKS / SENDERS {
+                    sender
+                        .post(
+                            "/api/v1/tasks",
+                            json!({"prompt": format!("{s}-{i}"), "capabilities": ["rust"]}),
+                        )
+                        .await;
+                }
+            })
+        })
+        .collect();
+    for s in senders {
+        s.await.expect("sender");
+    }
+    while completed.load(Ordering::Relaxed) < TASKS {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let rate = TASKS as f64 / started.elapsed().as_secs_f64();
+    done.store(true, Ordering::Relaxed);
+    for w in workers {
+        let _ = w.await;
+    }
+    rate
+}
+
+#[tokio::main]
+async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let c = config();
+    if c.wants("workers") {
+        println!(
+            "\n### `awl worker` processes: {} ten-step `sleep 0` runs, --db-pool {}\n",
+            c.runs, c.db_pool
+        );
+        println!("| worker processes | steps / s |");
+        println!("|---:|---:|");
+        for &n in &c.processes {
+            println!("| {n} | {:.0} |", workers(n, &c).await);
+        }
+    }
+    if c.wants("servers") {
+        println!(
+            "\n### `awl serve --no-worker` processes: {TASKS} board lifecycles, {AGENTS} agents, \
+             {SENDERS} senders, --db-pool {}\n",
+            c.db_pool
+        );
+        println!("| server processes | full lifecycles / s |");
+        println!("|---:|---:|");
+        for &n in &c.processes {
+            println!("| {n} | {:.0} |", servers(n, &c).await);
+        }
+    }
+    if c.wants("replica") {
+        replica(&c).await;
+    }
+}
+
+async fn replica(c: &Config) {
+    let primary = Cluster::start();
+    let replica = primary.replica();
+    println!(
+        "\n### Views from a streaming replica: {} ten-step `sleep 0` runs, {} view readers\n",
+        c.runs, c.readers
+    );
+    println!(
+        "| views read from | steps / s | views / s | view p50 | view p99 | replica behind (events) p50 / p99 / max |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, read) in [("the primary", None), ("the replica", Some(&replica))] {
+        let m = views_under_load(&primary, read, c).await;
+        let lag = m.lag.map_or("-".to_string(), |(p50, p99, max)| {
+            format!("{p50:.0} / {p99:.0} / {max:.0}")
+        });
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.1} ms | {:.1} ms | {lag} |",
+            m.steps_per_s, m.views_per_s, m.view_p50_ms, m.view_p99_ms
+        );
+    }
+}
