@@ -10,7 +10,8 @@
 //! one server) send 4,000 tasks; full lifecycles per second. A task sent to one
 //! server reaches an agent waiting on another through the log (each server's board
 //! follows it). Both on the Postgres of AWL_BENCH_DATABASE_URL / DATABASE_URL /
-//! the local server, a fresh database each.
+//! the local server, a fresh database each; with `--via-port P` the processes connect
+//! through 127.0.0.1:P instead (a PgBouncer in front of that server).
 //!
 //! *Replica*: the benchmark starts a Postgres cluster of its own (durable settings) and a
 //! streaming replica of it (`pg_basebackup -R`), both on this machine. For each place
@@ -25,6 +26,7 @@
 //!
 //!     cargo bench --bench scale
 //!     cargo bench --bench scale -- --parts workers,servers --processes 1,2,4 --db-pool 8
+//!     cargo bench --bench scale -- --parts workers,servers --via-port 6432   # PgBouncer
 //!     cargo bench --bench scale -- --parts replica --runs 5000 --readers 4
 
 use std::process::Stdio;
@@ -65,6 +67,9 @@ struct Config {
     processes: Vec<usize>,
     /// Each process's pool (`--db-pool`).
     db_pool: u32,
+    /// Processes connect through this port of 127.0.0.1 (a PgBouncer in front of the
+    /// database) instead of the database's own URL.
+    via_port: Option<u16>,
 }
 
 impl Config {
@@ -81,6 +86,7 @@ fn config() -> Config {
         parts: Vec::new(),
         processes: vec![1, 2, 4],
         db_pool: 8,
+        via_port: None,
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -90,6 +96,25 @@ fn config() -> Config {
                     .next()
                     .and_then(|s| s.parse().ok())
                     .unwrap_or(c.readers)
+            }
+            "--parts" => {
+                c.parts = args
+                    .next()
+                    .map(|s| s.split(',').map(str::to_string).collect())
+                    .unwrap_or_default();
+            }
+            "--processes" => {
+                c.processes = args
+                    .next()
+                    .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
+                    .unwrap_or_default();
+            }
+            "--via-port" => c.via_port = args.next().and_then(|s| s.parse().ok()),
+            "--db-pool" => {
+                c.db_pool = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(c.db_pool)
             }
             _ => {}
         }
@@ -177,8 +202,9 @@ async fn views_under_load(primary: &Cluster, replica: Option<&Cluster>, c: &Conf
                     .send()
                     .await
                     .expect("view");
-                assert!(answer.status().is_success(), "{path}: {}", answer.status());
-                answer.bytes().await.expect("body");
+                let status = answer.status();
+                let body = answer.text().await.expect("body");
+                assert!(status.is_success(), "{path}: {status} {body}");
                 latencies.push(at.elapsed().as_secs_f64() * 1_000.0);
             }
             latencies
@@ -256,10 +282,18 @@ impl Processes {
     }
 }
 
-fn url_of(location: &StoreLocation) -> String {
-    match location {
-        StoreLocation::Postgres(url) => url.clone(),
-        StoreLocation::Sqlite(_) => unreachable!("the scale benchmark runs on Postgres"),
+/// The URL processes use for `location`: its own, or the same database through
+/// `via_port` on 127.0.0.1.
+fn url_of(location: &StoreLocation, via_port: Option<u16>) -> String {
+    let StoreLocation::Postgres(url) = location else {
+        unreachable!("the scale benchmark runs on Postgres")
+    };
+    match via_port {
+        Some(port) => {
+            let database = url.rsplit('/').next().unwrap_or("postgres");
+            format!("postgres://postgres@127.0.0.1:{port}/{database}")
+        }
+        None => url.clone(),
     }
 }
 
@@ -275,7 +309,7 @@ async fn workers(n: usize, c: &Config) -> f64 {
     let ids = start_runs(&fresh.store, &registered, c.runs).await;
     let started = Instant::now();
     let args: Vec<Vec<String>> = (0..n).map(|_| vec!["worker".to_string()]).collect();
-    let _workers = Processes::spawn(&url_of(&fresh.location), c.db_pool, &args);
+    let _workers = Processes::spawn(&url_of(&fresh.location, c.via_port), c.db_pool, &args);
     while !all_finished(&fresh.store, &ids).await {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -336,7 +370,7 @@ async fn servers(n: usize, c: &Config) -> f64 {
                 .to_vec()
         })
         .collect();
-    let _servers = Processes::spawn(&url_of(&fresh.location), c.db_pool, &args);
+    let _servers = Processes::spawn(&url_of(&fresh.location, c.via_port), c.db_pool, &args);
     let bases: Vec<String> = ports
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}"))
@@ -435,9 +469,12 @@ async fn servers(n: usize, c: &Config) -> f64 {
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let c = config();
+    let via = c
+        .via_port
+        .map_or("direct".to_string(), |p| format!("through 127.0.0.1:{p}"));
     if c.wants("workers") {
         println!(
-            "\n### `awl worker` processes: {} ten-step `sleep 0` runs, --db-pool {}\n",
+            "\n### `awl worker` processes: {} ten-step `sleep 0` runs, --db-pool {}, {via}\n",
             c.runs, c.db_pool
         );
         println!("| worker processes | steps / s |");
@@ -449,7 +486,7 @@ async fn main() {
     if c.wants("servers") {
         println!(
             "\n### `awl serve --no-worker` processes: {TASKS} board lifecycles, {AGENTS} agents, \
-             {SENDERS} senders, --db-pool {}\n",
+             {SENDERS} senders, --db-pool {}, {via}\n",
             c.db_pool
         );
         println!("| server processes | full lifecycles / s |");

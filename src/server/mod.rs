@@ -256,6 +256,12 @@ pub async fn start(
     // background. The board starts from its projection's live rows.
     let projections = crate::projections::Projections::new(store.clone());
     let outdated = projections.prepare().await?;
+    if let Some(read) = &config.read_store {
+        // The views' tables were just created here: have them on the replica too.
+        store
+            .wait_for_replica(read, Duration::from_secs(30))
+            .await?;
+    }
     let board = Board::open(store.clone(), clock.clone(), config.board.clone()).await?;
     let mode = if auth_on {
         AuthMode::Tokens(TokenVerifier::new(store.clone(), Duration::from_secs(2)))

@@ -140,11 +140,39 @@ impl PgBackend {
         kind: crate::log::StreamType,
         ids: &[String],
     ) -> Result<Vec<RawEvent>, StoreError> {
-        // Stream by stream (a nested loop the planner cannot trade for a scan of
-        // every stream of the kind, even while the table's statistics are stale: a
-        // fresh database's burst of runs used to read all of them for each claim),
-        // each from its last continuation (one probe of the partial index, whose
-        // predicate is the literal here, so a generic plan can use it) or its start.
+        // One stream (every command's load): its own statement, a range scan of the
+        // stream's index whatever the statistics say. In the many-ids form below
+        // the planner may flatten the LATERAL subquery into a hash join over every
+        // event of the kind, and a plan made while the table was small (a fresh
+        // database; the plan is cached with the prepared statement) kept doing so
+        // as the log grew: 10 ms per board command after a few thousand tasks
+        // (auto_explain), and board lifecycles fell as servers were added.
+        if let [id] = ids {
+            let sql = const_format(
+                "SELECT {COLUMNS} FROM events \
+                  WHERE stream_type = $1 AND stream_id = $2 \
+                    AND version >= COALESCE((SELECT max(c.version) FROM events c \
+                          WHERE c.stream_type = $1 AND c.stream_id = $2 \
+                            AND c.event_type = '{CONTINUED}'), 0) \
+                  ORDER BY version",
+            )
+            // A constant of awl's, not a value from outside (and holds no quote).
+            .replace("{CONTINUED}", crate::log::CONTINUED_EVENT_TYPE);
+            return sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(kind.as_str())
+                .bind(id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(StoreError::db(format!("reading {kind} stream {id}")))?
+                .iter()
+                .map(raw_event)
+                .collect();
+        }
+        // Many streams (a claim's runs): stream by stream, each from its last
+        // continuation (one probe of the partial index, whose predicate is the
+        // literal here, so a generic plan can use it) or its start. The loop form
+        // keeps the planner from reading every stream of the kind for a few ids the
+        // way `stream_id = ANY(ids)` did with stale statistics.
         let sql = const_format(
             "SELECT {COLUMNS} FROM (SELECT DISTINCT unnest($2::text[]) AS id) AS s \
              CROSS JOIN LATERAL ( \

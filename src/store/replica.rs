@@ -108,6 +108,49 @@ impl EventStore {
         })
     }
 
+    /// Wait until `replica` has replayed everything this store's cluster wrote up to
+    /// now (its WAL position), for at most `limit`: so tables just created here (the
+    /// read models a server prepares at start) exist there before a view is asked for.
+    /// Immediate when `replica` is not a standby.
+    pub async fn wait_for_replica(
+        &self,
+        replica: &EventStore,
+        limit: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let (Backend::Postgres(primary), Backend::Postgres(read)) =
+            (self.backend(), replica.backend())
+        else {
+            return Ok(());
+        };
+        let written: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(primary.pool())
+            .await
+            .map_err(StoreError::db("reading the primary's WAL position"))?;
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            // NULL when not a standby: nothing to wait for.
+            let replayed: Option<bool> =
+                sqlx::query_scalar("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn")
+                    .bind(&written)
+                    .fetch_one(read.pool())
+                    .await
+                    .map_err(StoreError::db(
+                        "reading the read database's replay position",
+                    ))?;
+            if replayed != Some(false) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(StoreError::Unavailable(format!(
+                    "the read database had not replayed the primary's WAL up to {written} \
+                     after {} s",
+                    limit.as_secs()
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     async fn identity(&self) -> Result<Identity, StoreError> {
         let Backend::Postgres(pg) = self.backend() else {
             return Err(StoreError::Unavailable(
