@@ -19,13 +19,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use tokio::sync::Notify;
 
 #[path = "support/board.rs"]
 mod board_support;
 mod support;
-use board_support::{Client, dispatch_latency, setup, spawn_agents};
+use board_support::{Client, dispatch_latency, send_tasks, setup, spawn_agents};
 
 const LIFECYCLE_TASKS: usize = 4_000;
 const LIFECYCLE_AGENTS: usize = 20;
@@ -39,24 +38,10 @@ async fn lifecycles_per_second(kind: &str) -> f64 {
     let agents = spawn_agents(&setup, received.clone(), got_one, stop.clone());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let senders: Vec<_> = (0..SENDERS)
-        .map(|s| {
-            let client = Client::new(&setup.server, &setup.operator);
-            tokio::spawn(async move {
-                for i in 0..LIFECYCLE_TASKS / SENDERS {
-                    client
-                        .post(
-                            "/api/v1/tasks",
-                            json!({"prompt": format!("{s}-{i}"), "capabilities": ["rust"]}),
-                        )
-                        .await;
-                }
-            })
-        })
+    let senders = (0..SENDERS)
+        .map(|_| Client::new(&setup.server, &setup.operator))
         .collect();
-    for s in senders {
-        s.await.expect("sender");
-    }
+    send_tasks(senders, LIFECYCLE_TASKS).await;
     let store = setup.server.board.store().clone();
     let filter = awl::log::EventFilter {
         event_types: vec!["task.completed".into()],

@@ -34,15 +34,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use awl::auth::{Role, create_token};
 use awl::clock::system_clock;
+use awl::domain::ids::RunId;
 use awl::executor::WorkerConfig;
 use awl::runners::{Runners, RunnersConfig};
 use awl::server::{self, ServeConfig};
 use awl::store::{EventStore, StoreLocation};
-use chrono::Utc;
-use serde_json::{Value, json};
+use serde_json::json;
 
+#[path = "support/board.rs"]
+#[allow(dead_code, reason = "shared with the board benchmark")]
+mod board_support;
 #[allow(
     dead_code,
     reason = "the benchmark uses only the cluster and its replica"
@@ -54,6 +56,7 @@ mod cluster;
 mod runs_support;
 mod support;
 
+use board_support::{Client, send_tasks};
 use cluster::Cluster;
 use runs_support::{all_finished, register, start_runs, workflow_of};
 use support::percentile;
@@ -122,6 +125,14 @@ fn config() -> Config {
     c
 }
 
+/// `runs` ten-step runs of `sleep 0`, started and waiting for a worker.
+async fn sleep_runs(store: &EventStore, runs: usize) -> Vec<RunId> {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = workflow_of(dir.path(), "ten", 10, "tool: sleep, inputs: {seconds: 0}");
+    let registered = register(store, &path).await;
+    start_runs(store, &registered, runs).await
+}
+
 /// What one measurement found.
 struct Measured {
     steps_per_s: f64,
@@ -154,13 +165,7 @@ async fn views_under_load(primary: &Cluster, replica: Option<&Cluster>, c: &Conf
         unreachable!("a Postgres store")
     };
     let database = url.rsplit('/').next().expect("a database name").to_string();
-    let dir = tempfile::tempdir().expect("dir");
-    let registered = register(
-        &fresh.store,
-        &workflow_of(dir.path(), "ten", 10, "tool: sleep, inputs: {seconds: 0}"),
-    )
-    .await;
-    let ids = start_runs(&fresh.store, &registered, c.runs).await;
+    let ids = sleep_runs(&fresh.store, c.runs).await;
     let read = match replica {
         Some(r) => Some(open_replica(&fresh.store, &r.url(&database)).await),
         None => None,
@@ -300,13 +305,7 @@ fn url_of(location: &StoreLocation, via_port: Option<u16>) -> String {
 /// Steps per second of `n` worker processes over `runs` ten-step `sleep 0` runs.
 async fn workers(n: usize, c: &Config) -> f64 {
     let fresh = runs_support::fresh("postgres", &support::admin_url()).await;
-    let dir = tempfile::tempdir().expect("dir");
-    let registered = register(
-        &fresh.store,
-        &workflow_of(dir.path(), "ten", 10, "tool: sleep, inputs: {seconds: 0}"),
-    )
-    .await;
-    let ids = start_runs(&fresh.store, &registered, c.runs).await;
+    let ids = sleep_runs(&fresh.store, c.runs).await;
     let started = Instant::now();
     let args: Vec<Vec<String>> = (0..n).map(|_| vec!["worker".to_string()]).collect();
     let _workers = Processes::spawn(&url_of(&fresh.location, c.via_port), c.db_pool, &args);
@@ -316,30 +315,6 @@ async fn workers(n: usize, c: &Config) -> f64 {
     (c.runs * 10) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// A client of one server with one token.
-struct Client {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Client {
-    async fn post(&self, path: &str, body: Value) -> Value {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .expect("the server answers");
-        let status = response.status();
-        let value: Value = response.json().await.expect("json");
-        assert!(status.is_success(), "POST {path}: {status} {value}");
-        value
-    }
-}
-
 const TASKS: usize = 4_000;
 const AGENTS: usize = 20;
 const SENDERS: usize = 4;
@@ -347,20 +322,7 @@ const SENDERS: usize = 4;
 /// Full board lifecycles per second over `n` server processes.
 async fn servers(n: usize, c: &Config) -> f64 {
     let fresh = runs_support::fresh("postgres", &support::admin_url()).await;
-    let now = Utc::now();
-    let operator = create_token(&fresh.store, "bench-ops", Role::Operator, "bench", now)
-        .await
-        .expect("token")
-        .1;
-    let mut agents = Vec::new();
-    for i in 0..AGENTS {
-        let name = format!("agent-{i}");
-        let token = create_token(&fresh.store, &name, Role::Agent, "bench", now)
-            .await
-            .expect("token")
-            .1;
-        agents.push((name, token));
-    }
+    let (operator, agents) = board_support::tokens(&fresh.store, AGENTS).await;
     let ports: Vec<u16> = (0..n).map(|_| cluster::free_port()).collect();
     let args: Vec<Vec<String>> = ports
         .iter()
@@ -388,11 +350,7 @@ async fn servers(n: usize, c: &Config) -> f64 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let client = |i: usize, token: &str| Client {
-        http: http.clone(),
-        base: bases[i % n].clone(),
-        token: token.to_string(),
-    };
+    let client = |i: usize, token: &str| Client::at(bases[i % n].clone(), token);
     for (i, (name, token)) in agents.iter().enumerate() {
         client(i, token)
             .post(
@@ -436,24 +394,8 @@ async fn servers(n: usize, c: &Config) -> f64 {
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let senders: Vec<_> = (0..SENDERS)
-        .map(|s| {
-            let sender = client(s, &operator);
-            tokio::spawn(async move {
-                for i in 0..TASKS / SENDERS {
-                    sender
-                        .post(
-                            "/api/v1/tasks",
-                            json!({"prompt": format!("{s}-{i}"), "capabilities": ["rust"]}),
-                        )
-                        .await;
-                }
-            })
-        })
-        .collect();
-    for s in senders {
-        s.await.expect("sender");
-    }
+    let senders = (0..SENDERS).map(|s| client(s, &operator)).collect();
+    send_tasks(senders, TASKS).await;
     while completed.load(Ordering::Relaxed) < TASKS {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

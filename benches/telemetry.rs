@@ -25,6 +25,10 @@ use axum::routing::post;
 use serde_json::{Value, json};
 
 #[path = "support/board.rs"]
+#[allow(
+    dead_code,
+    reason = "the lifecycle helpers are the board and scale benchmarks'"
+)]
 mod board_support;
 #[path = "support/runs.rs"]
 mod runs_support;

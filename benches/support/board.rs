@@ -10,7 +10,7 @@ use awl::auth::{Role, create_token};
 use awl::clock::system_clock;
 use awl::runners::{Runners, RunnersConfig};
 use awl::server::{self, ServeConfig, Server};
-use awl::store::StoreOptions;
+use awl::store::{EventStore, StoreOptions};
 use chrono::Utc;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -28,9 +28,14 @@ pub struct Client {
 
 impl Client {
     pub fn new(server: &Server, token: &str) -> Self {
+        Self::at(format!("http://{}", server.addr), token)
+    }
+
+    /// A client of the server at `base` (`http://HOST:PORT`).
+    pub fn at(base: String, token: &str) -> Self {
         Self {
             http: reqwest::Client::new(),
-            base: format!("http://{}", server.addr),
+            base,
             token: token.to_string(),
         }
     }
@@ -64,20 +69,7 @@ pub async fn setup(kind: &str, agents: usize) -> Setup {
         ..StoreOptions::default()
     };
     let fresh = support::fresh(kind, &support::admin_url(), options).await;
-    let now = Utc::now();
-    let operator = create_token(&fresh.store, "bench-ops", Role::Operator, "bench", now)
-        .await
-        .expect("token")
-        .1;
-    let mut names = Vec::new();
-    for i in 0..agents {
-        let name = format!("agent-{i}");
-        let token = create_token(&fresh.store, &name, Role::Agent, "bench", now)
-            .await
-            .expect("token")
-            .1;
-        names.push((name, token));
-    }
+    let (operator, names) = tokens(&fresh.store, agents).await;
     let config = ServeConfig::new("127.0.0.1:0".parse().expect("addr"));
     let server = server::start(
         fresh.store.clone(),
@@ -100,6 +92,50 @@ pub async fn setup(kind: &str, agents: usize) -> Setup {
         operator,
         agents: names,
         _fresh: fresh,
+    }
+}
+
+/// An operator's token and `agents` agents' (`agent-0`, ...), with their names.
+pub async fn tokens(store: &EventStore, agents: usize) -> (String, Vec<(String, String)>) {
+    let now = Utc::now();
+    let operator = create_token(store, "bench-ops", Role::Operator, "bench", now)
+        .await
+        .expect("token")
+        .1;
+    let mut names = Vec::new();
+    for i in 0..agents {
+        let name = format!("agent-{i}");
+        let token = create_token(store, &name, Role::Agent, "bench", now)
+            .await
+            .expect("token")
+            .1;
+        names.push((name, token));
+    }
+    (operator, names)
+}
+
+/// Send `tasks` tasks needing `rust` from each of `senders` (one after another
+/// per sender, the senders side by side); returns when all were sent.
+pub async fn send_tasks(senders: Vec<Client>, tasks: usize) {
+    let count = senders.len().max(1);
+    let handles: Vec<_> = senders
+        .into_iter()
+        .enumerate()
+        .map(|(s, client)| {
+            tokio::spawn(async move {
+                for i in 0..tasks / count {
+                    client
+                        .post(
+                            "/api/v1/tasks",
+                            json!({"prompt": format!("{s}-{i}"), "capabilities": ["rust"]}),
+                        )
+                        .await;
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.expect("sender");
     }
 }
 

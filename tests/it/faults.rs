@@ -43,19 +43,6 @@ steps:
   - {id: four, type: tool, tool: noop}
 "#;
 
-/// Start a run of `crashy` over the API; its id once acknowledged.
-async fn start_crashy(api: &Api) -> String {
-    let body = api
-        .ok_as(
-            None,
-            Method::POST,
-            "/api/v1/runs",
-            Some(json!({"workflow": "crashy"})),
-        )
-        .await;
-    body["run_id"].as_str().expect("a run id").to_string()
-}
-
 async fn run_status(api: &Api, run: &str) -> Option<String> {
     let (status, body) = api
         .call(None, Method::GET, &format!("/api/v1/runs/{run}"), None)
@@ -97,7 +84,7 @@ async fn a_database_crash_loses_no_acknowledged_write() {
 
     let mut acknowledged = Vec::new();
     for _ in 0..30 {
-        acknowledged.push(start_crashy(&api).await);
+        acknowledged.push(api.start_run("crashy").await);
     }
     let task = api
         .ok_as(
@@ -224,7 +211,7 @@ async fn a_database_crash_loses_no_acknowledged_write() {
         .await;
     }
     // And a new run goes through.
-    let run = start_crashy(&api).await;
+    let run = api.start_run("crashy").await;
     let status = wait_for(LIMIT, "a run started after the restart", async || {
         run_status(&api, &run).await.filter(|s| s == "SUCCEEDED")
     })

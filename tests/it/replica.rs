@@ -9,7 +9,7 @@ use std::process::Stdio;
 
 use awl::store::StoreLocation;
 use reqwest::{Method, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::Connection;
 
 use crate::support::cli::Awl;
@@ -38,18 +38,6 @@ async fn listed(api: &Api) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-async fn start_quick(api: &Api) -> String {
-    let body = api
-        .ok_as(
-            None,
-            Method::POST,
-            "/api/v1/runs",
-            Some(json!({"workflow": "quick"})),
-        )
-        .await;
-    body["run_id"].as_str().expect("a run id").to_string()
 }
 
 async fn on_replica(url: &str, sql: &'static str) {
@@ -103,7 +91,7 @@ async fn views_are_read_from_a_streaming_replica() {
     let serve_log = || std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
 
     // A run's row reaches the view through the primary's projection and the replica.
-    let first = start_quick(&api).await;
+    let first = api.start_run("quick").await;
     wait_for(
         LIMIT,
         "the first run in the replica's runs view",
@@ -128,7 +116,7 @@ async fn views_are_read_from_a_streaming_replica() {
     // Replay paused on the standby: the run finishes on the primary, its projection
     // applies it there, and the view (read from the standby) does not have it.
     on_replica(&replica.url("postgres"), "SELECT pg_wal_replay_pause()").await;
-    let second = start_quick(&api).await;
+    let second = api.start_run("quick").await;
     wait_for(
         LIMIT,
         "the second run to succeed on the primary",

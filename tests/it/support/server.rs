@@ -154,6 +154,19 @@ impl Api {
         self.ok_as(Some(token), method, path, Some(body)).await
     }
 
+    /// Start a run of `workflow` (no token); its id once acknowledged.
+    pub async fn start_run(&self, workflow: &str) -> String {
+        let body = self
+            .ok_as(
+                None,
+                Method::POST,
+                "/api/v1/runs",
+                Some(serde_json::json!({"workflow": workflow})),
+            )
+            .await;
+        body["run_id"].as_str().expect("a run id").to_string()
+    }
+
     /// A GET's body whatever its status (for polling while a server warms up).
     pub async fn fetch(&self, token: Option<&str>, path: &str) -> Value {
         self.call(token, Method::GET, path, None).await.1
