@@ -36,5 +36,12 @@ pub async fn archive(store: EventStore, args: ArchiveArgs) -> anyhow::Result<()>
         "archived {} runs and {} of their tasks ({} events) that ended before {cutoff}",
         pass.runs, pass.tasks, pass.events
     );
+    if !pass.partitions.is_empty() {
+        println!(
+            "moved {} run partitions of the log whole: {}",
+            pass.partitions.len(),
+            pass.partitions.join(", ")
+        );
+    }
     Ok(())
 }

@@ -4,12 +4,21 @@
 //! too, and a run's status and history are read from the archive once it moved.
 //! A run's tasks (its agent steps' board tasks, found in the board's read model) move
 //! with it once they are finished.
+//!
+//! On Postgres a pass first moves whole run partitions (`store::partitions`): every
+//! partition whose period is over by the cutoff and whose runs all finished before it
+//! leaves the hot log without a row being copied. What is left is moved run by run:
+//! `awl archive` (and its REST and MCP forms) moves every run that finished before
+//! the cutoff now, while the schedule of `awl serve --archive-older-than` leaves a
+//! run whose partition's period is not over yet for its partition to take along, so
+//! that in steady state retention moves partitions, not rows. A run so leaves the hot
+//! log at most one period (seven days by default) after it passes the age.
 
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
 use crate::domain::ids::RunId;
-use crate::domain::run::RunStatus;
+use crate::domain::run::{FINISHED_EVENT_TYPES, RunStatus};
 use crate::domain::task::TaskStatus;
 use crate::log::StreamType;
 use crate::projections::queries::{self, BoardFilter, RunFilter};
@@ -39,6 +48,18 @@ pub struct ArchivePass {
     pub events: u64,
     /// Finished tasks of those runs moved with them.
     pub tasks: usize,
+    /// The hot log's run partitions moved whole (their runs are counted in `runs`).
+    pub partitions: Vec<String>,
+}
+
+/// Which runs a pass moves row by row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RowMoves {
+    /// Every run that finished before the cutoff.
+    All,
+    /// Only the runs whose partition's period was over by the cutoff (the partition
+    /// held an unfinished run): the others leave with their partition.
+    OnlyFromPastPeriods,
 }
 
 impl Runs {
@@ -58,6 +79,25 @@ impl Runs {
         &self,
         cutoff: DateTime<Utc>,
         dry_run: bool,
+    ) -> Result<ArchivePass, RunsError> {
+        self.archive_pass(cutoff, dry_run, RowMoves::All).await
+    }
+
+    /// Retention's pass: whole partitions, and row by row only the runs of a
+    /// partition whose period is over (see the module's doc).
+    pub async fn archive_by_partition(
+        &self,
+        cutoff: DateTime<Utc>,
+    ) -> Result<ArchivePass, RunsError> {
+        self.archive_pass(cutoff, false, RowMoves::OnlyFromPastPeriods)
+            .await
+    }
+
+    async fn archive_pass(
+        &self,
+        cutoff: DateTime<Utc>,
+        dry_run: bool,
+        row_moves: RowMoves,
     ) -> Result<ArchivePass, RunsError> {
         let filter = RunFilter {
             statuses: [
@@ -88,8 +128,28 @@ impl Runs {
         if dry_run {
             return Ok(pass);
         }
+        let whole = self
+            .store
+            .archive_run_partitions(cutoff, self.now(), &FINISHED_EVENT_TYPES)
+            .await?;
+        pass.runs += whole.runs.len();
+        pass.events += whole.events;
+        pass.partitions = whole.partitions;
+        for batch in whole.runs.chunks(BATCH) {
+            let tasks = self.finished_tasks_of(batch).await?;
+            let moved = self
+                .store
+                .archive_streams(StreamType::Task, &tasks, self.now())
+                .await?;
+            pass.tasks += moved.streams.len();
+            pass.events += moved.events;
+        }
         for batch in pass.selected.chunks(BATCH) {
-            let ids: Vec<String> = batch.iter().map(RunId::to_string).collect();
+            let mut ids: Vec<String> = batch.iter().map(RunId::to_string).collect();
+            if row_moves == RowMoves::OnlyFromPastPeriods {
+                let ends = self.store.run_period_ends(&ids).await?;
+                ids.retain(|id| ends.get(id).is_none_or(|end| *end <= cutoff));
+            }
             let moved = self
                 .store
                 .archive_streams(StreamType::Run, &ids, self.now())
@@ -112,9 +172,11 @@ impl Runs {
     /// moves it, and a failed pass (the database away) is tried again next time.
     pub async fn archive_every(&self, retention: Retention, mut stop: watch::Receiver<bool>) {
         loop {
-            match self.archive_older_than(retention.older_than, false).await {
-                Ok((cutoff, pass)) if pass.runs > 0 => tracing::info!(
+            let cutoff = self.now() - retention.older_than;
+            match self.archive_by_partition(cutoff).await {
+                Ok(pass) if pass.runs > 0 || !pass.partitions.is_empty() => tracing::info!(
                     runs = pass.runs,
+                    partitions = pass.partitions.len(),
                     tasks = pass.tasks,
                     events = pass.events,
                     %cutoff,

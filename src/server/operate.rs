@@ -134,6 +134,7 @@ pub async fn archive(app: &AppState, req: ArchiveRequest) -> Api<ArchiveView> {
         archived: pass.runs,
         tasks: pass.tasks,
         events: pass.events,
+        partitions: pass.partitions,
         dry_run: req.dry_run,
     })
 }

@@ -84,6 +84,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "chat",
         include_str!("../../migrations/postgres/0015_chat.sql"),
     ),
+    (
+        16,
+        "partitioned log",
+        include_str!("../../migrations/postgres/0016_partitioned_log.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[

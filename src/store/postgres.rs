@@ -257,9 +257,21 @@ impl PgBackend {
             .begin()
             .await
             .map_err(StoreError::db("beginning a move into the archive"))?;
+        // A run's events keep their part (its period): the archive's partition for
+        // it is made first if this is the period's first row move.
+        sqlx::query(
+            "SELECT awl_ensure_run_partition('events_archive', p.part) \
+               FROM (SELECT DISTINCT part FROM events \
+                      WHERE stream_type = $1 AND stream_id = ANY($2) AND part <> 0) AS p",
+        )
+        .bind(kind.as_str())
+        .bind(ids)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("making the archive's partitions for a move"))?;
         let sql = const_format(
-            "INSERT INTO events_archive ({COLUMNS}, archived_at) \
-             SELECT {COLUMNS}, $3 FROM events WHERE stream_type = $1 AND stream_id = ANY($2) \
+            "INSERT INTO events_archive ({COLUMNS}, part, archived_at) \
+             SELECT {COLUMNS}, part, $3 FROM events WHERE stream_type = $1 AND stream_id = ANY($2) \
              ON CONFLICT DO NOTHING",
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))

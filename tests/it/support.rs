@@ -125,6 +125,27 @@ impl TestStore {
         }
     }
 
+    /// Run `sql` on the test's Postgres database, outside the store's API (a setting,
+    /// or a step the store must refuse): the database's error as text.
+    pub async fn pg_execute(&self, sql: &str) -> Result<(), String> {
+        use awl::store::TxConnection;
+        let mut tx = self.store.begin().await.expect("begin");
+        let TxConnection::Postgres(c) = tx.connection() else {
+            panic!("pg_execute needs a Postgres store")
+        };
+        let done = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+            .execute(&mut *c)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        if done.is_ok() {
+            tx.commit().await.expect("commit");
+        } else {
+            tx.rollback().await.expect("rollback");
+        }
+        done
+    }
+
     /// A second, independent store on the same database (a new pool, as another
     /// process would have).
     pub async fn reopen(&self) -> EventStore {

@@ -331,6 +331,12 @@ impl RunEvent {
     }
 }
 
+/// The types of the events that end a run (`run.completed`, `run.failed`,
+/// `run.cancelled`): after one, a run takes no event but `run.derived`, so the
+/// store can tell a finished run from its stream alone (a run partition is archived
+/// whole once every run in it has one).
+pub const FINISHED_EVENT_TYPES: [&str; 3] = ["run.completed", "run.failed", "run.cancelled"];
+
 impl DomainEvent for RunEvent {
     fn event_type(&self) -> String {
         match self {

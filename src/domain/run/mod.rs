@@ -34,7 +34,7 @@ use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 
 pub use commands::{RunAction, RunCommand};
 pub use error::RunError;
-pub use events::{Payload, RunEvent};
+pub use events::{FINISHED_EVENT_TYPES, Payload, RunEvent};
 pub use state::{
     Attempt, AttemptOutcome, Compensation, CompensationRan, Gate, GateDecision, Pause, QueuedOn,
     RunOutcome, RunStatus, StepPhase, StepSituation, StepState,

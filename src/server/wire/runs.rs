@@ -346,6 +346,9 @@ pub struct ArchiveView {
     pub tasks: usize,
     /// Events moved, the runs' and their tasks'.
     pub events: u64,
+    /// The hot log's run partitions moved whole (Postgres; their runs are counted
+    /// in `archived`).
+    pub partitions: Vec<String>,
     pub dry_run: bool,
 }
 

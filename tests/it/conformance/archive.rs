@@ -150,3 +150,169 @@ pub async fn stream_ids_lists_a_kinds_streams_hot_and_archived(backend: Backend)
             .is_empty()
     );
 }
+
+/// A run stream's events, as the executor records them (only the types matter here).
+fn run_events(types: &[&str]) -> Vec<awl::log::NewEvent> {
+    types
+        .iter()
+        .map(|ty| awl::log::NewEvent::new(*ty, 1, serde_json::json!({})))
+        .collect()
+}
+
+/// Wait until the current run period (one second here) is over.
+async fn next_period() {
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+}
+
+/// On Postgres a run's events sit in the partition of the period it started in; a
+/// partition whose period is over and whose every run finished leaves the hot log
+/// whole, reading the same afterwards; one that held an unfinished run is drained run
+/// by run and dropped once empty. SQLite has no partitions and moves nothing whole.
+pub async fn run_partitions_leave_whole_once_every_run_finished(backend: Backend) {
+    use awl::domain::run::FINISHED_EVENT_TYPES;
+    let t = TestStore::new(backend).await;
+    if backend == Backend::Postgres {
+        t.pg_execute("UPDATE event_partitioning SET run_period = 1")
+            .await
+            .expect("one-second periods on a fresh log");
+    }
+    let run = |id: &str| stream(StreamType::Run, id);
+    let agent = stream(StreamType::Agent, "a1");
+    let write = |s: awl::log::StreamRef, v: i64, types: &'static [&'static str]| {
+        let store = t.store.clone();
+        async move {
+            let expected = if v == 0 {
+                ExpectedVersion::NoStream
+            } else {
+                ExpectedVersion::Exactly(v)
+            };
+            store
+                .append(append(&s, expected, run_events(types)))
+                .await
+                .expect("append");
+        }
+    };
+    // Period A: r1 finishes, r2 does not yet.
+    write(run("r1"), 0, &["run.started", "run.completed"]).await;
+    write(run("r2"), 0, &["run.started"]).await;
+    next_period().await;
+    // Period B: r3, finished; the agent's stream is no run's.
+    write(run("r3"), 0, &["run.started", "run.failed"]).await;
+    write(agent.clone(), 0, &["test.happened"]).await;
+    next_period().await;
+    write(agent.clone(), 1, &["test.happened"]).await;
+
+    let partitions = t.store.run_partitions().await.expect("partitions");
+    let archive = |cutoff| {
+        let store = t.store.clone();
+        async move {
+            store
+                .archive_run_partitions(cutoff, chrono::Utc::now(), &FINISHED_EVENT_TYPES)
+                .await
+                .expect("archive partitions")
+        }
+    };
+    if backend == Backend::Sqlite {
+        assert!(partitions.is_empty(), "{partitions:?}");
+        assert_eq!(archive(chrono::Utc::now()).await, Default::default());
+        return;
+    }
+    assert_eq!(partitions.len(), 2, "periods A and B: {partitions:?}");
+    assert!(
+        partitions
+            .iter()
+            .all(|p| p.name.starts_with("events_runs_"))
+    );
+    let r1 = t.store.read_stream(&run("r1")).await.expect("read r1");
+
+    // A cutoff before B's end moves nothing of B; A holds r2, unfinished.
+    let moved = archive(partitions[0].end).await;
+    assert_eq!(moved, Default::default(), "A waits for r2");
+    // r2 finishes (in A, its partition): A and B both go, every run in them. (The
+    // agent's event keeps the log's head out of them: the head never moves.)
+    write(run("r2"), 1, &["run.cancelled"]).await;
+    write(agent.clone(), 2, &["test.happened"]).await;
+    let (log, _) = t
+        .store
+        .read_page(0, 100, &EventFilter::default())
+        .await
+        .expect("log");
+    let moved = archive(chrono::Utc::now()).await;
+    assert_eq!(moved.partitions.len(), 2, "{moved:?}");
+    let mut runs = moved.runs.clone();
+    runs.sort();
+    assert_eq!(runs, ["r1", "r2", "r3"], "{moved:?}");
+    assert_eq!(moved.events, 6);
+    assert!(t.store.run_partitions().await.expect("list").is_empty());
+    assert!(t.store.is_archived(&run("r1")).await.expect("is archived"));
+    assert_eq!(t.store.read_stream(&run("r1")).await.expect("read"), r1);
+    let (after, _) = t
+        .store
+        .read_page(0, 100, &EventFilter::default())
+        .await
+        .expect("log");
+    assert_eq!(
+        after, log,
+        "the whole log reads the same, in position order"
+    );
+    let refused = t
+        .store
+        .append(append(
+            &run("r1"),
+            ExpectedVersion::Exactly(2),
+            run_events(&["run.derived"]),
+        ))
+        .await
+        .expect_err("an archived run takes no append");
+    assert!(matches!(refused, StoreError::Archived(_)), "{refused}");
+    // The moved partitions are the archive's now, and append-only there too.
+    let err = t
+        .pg_execute(&format!(
+            "TRUNCATE {}",
+            moved.partitions[0].replacen("events_", "events_archive_", 1)
+        ))
+        .await
+        .expect_err("truncating an archived partition");
+    assert!(err.contains("append-only"), "{err}");
+
+    // Period C: r4 is moved early, row by row (`awl archive` does that); r5 runs on.
+    write(run("r4"), 0, &["run.started", "run.completed"]).await;
+    write(run("r5"), 0, &["run.started"]).await;
+    next_period().await;
+    write(agent.clone(), 3, &["test.happened"]).await;
+    let rows = t
+        .store
+        .archive_streams(StreamType::Run, &["r4".to_string()], chrono::Utc::now())
+        .await
+        .expect("row move");
+    assert_eq!(rows.events, 2);
+    // The hot partition is append-only as a table of its own as well.
+    let c = &t.store.run_partitions().await.expect("list")[0].name;
+    for sql in [format!("TRUNCATE {c}"), format!("DELETE FROM {c}")] {
+        let err = t.pg_execute(&sql).await.expect_err(&sql);
+        assert!(err.contains("append-only"), "{sql}: {err}");
+    }
+    let err = t
+        .pg_execute("UPDATE event_partitioning SET run_period = 60")
+        .await
+        .expect_err("the period is fixed once partitions exist");
+    assert!(err.contains("run_period can only change"), "{err}");
+    write(run("r5"), 1, &["run.completed"]).await;
+    write(agent.clone(), 4, &["test.happened"]).await;
+    // C's archive partition exists (r4 went row by row): C is not attached over it,
+    // it is drained, and goes once empty.
+    assert_eq!(archive(chrono::Utc::now()).await, Default::default());
+    t.store
+        .archive_streams(StreamType::Run, &["r5".to_string()], chrono::Utc::now())
+        .await
+        .expect("row move");
+    let moved = archive(chrono::Utc::now()).await;
+    assert_eq!((moved.partitions.len(), moved.events), (1, 0), "{moved:?}");
+    assert!(t.store.run_partitions().await.expect("list").is_empty());
+    for id in ["r4", "r5"] {
+        assert!(
+            t.store.is_archived(&run(id)).await.expect("is archived"),
+            "{id}"
+        );
+    }
+}

@@ -543,3 +543,31 @@ fn with_event(at: DateTime<Utc>) -> RunEvent {
         at,
     }
 }
+
+/// The store tells finished runs by these types alone: exactly the events that end a
+/// run carry them.
+#[test]
+fn finished_event_types_are_the_events_that_end_a_run() {
+    let mut seen = Vec::new();
+    for event in every_event() {
+        let ends = matches!(
+            event,
+            RunEvent::Completed { .. } | RunEvent::Failed { .. } | RunEvent::Cancelled { .. }
+        );
+        let kind = event.event_type();
+        assert_eq!(
+            FINISHED_EVENT_TYPES.contains(&kind.as_str()),
+            ends,
+            "{kind}"
+        );
+        if ends {
+            seen.push(kind);
+        }
+    }
+    for kind in FINISHED_EVENT_TYPES {
+        assert!(
+            seen.iter().any(|s| s == kind),
+            "{kind} is not an event type"
+        );
+    }
+}
