@@ -7,11 +7,11 @@
 # For each layout: a database with awl's Postgres migrations, a history of
 # $EVENTS run events (ten per run, spread evenly over the run partitions, oldest
 # runs in the oldest) and a tenth as many task events; then pgbench runs, for
-# $SECS seconds each:
+# $SECS seconds each, the layouts taking turns for $ROUNDS rounds (the median):
 #   append_new   awl_append() of a new run's first three events (8 clients)
 #   append_one   awl_append() of one event to a random existing run (8 clients)
-#   tail         a page of 100 events after a random position, the read of every
-#                projection and tail (the UNION over the hot log and the archive)
+#   tail         a page of 100 events after a random position (a rebuild's read)
+#   live         the same in the newest 5 % of the log (a live projection's read)
 #   stream       one run's events (the load of every command), 2 clients each
 # (prepared statements, as sqlx sends them) and, with 8 run partitions, moving the oldest partition into the archive
 # whole against moving the same number of runs row by row (time and WAL).
@@ -24,8 +24,7 @@ url=${1:-${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}}
 SECS=${2:-10}
 EVENTS=${3:-1000000}
 RUNS=$((EVENTS / 10))
-db=awl_partitions_bench
-target="${url%/*}/$db"
+ROUNDS=${ROUNDS:-3}
 scripts=$(mktemp -d)
 trap 'rm -rf "$scripts"' EXIT
 
@@ -39,17 +38,24 @@ cat >"$scripts/append_one.sql" <<'SQL'
 \set id random(0, :runs - 1)
 SELECT * FROM awl_append(ARRAY['run'], ARRAY['r' || :id::text], ARRAY[1], ARRAY[NULL]::bigint[], ARRAY[1],
   ARRAY[1], ARRAY['run.step_succeeded'], ARRAY[1],
-  ARRAY['{"step":"build","attempt":1,"output":{"ok":true}}']::jsonb[], ARRAY['{"actor":"bench"}']::jsonb[], true);
+  ARRAY['{"step": "build", "attempt": 1, "output": {"ok": true}}']::jsonb[], ARRAY['{"actor":"bench"}']::jsonb[], true);
 SQL
-cat >"$scripts/tail.sql" <<'SQL'
-\set p random(0, :events - 100)
+# The tail's read as awl sends it: awl_read_log after 0016, the UNION before.
+if_unpartitioned_tail='\set p random(0, :events - 100)
 (SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at
    FROM events WHERE position > :p AND position <= :p + 100 ORDER BY position LIMIT 100)
 UNION ALL
 (SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at
    FROM events_archive WHERE position > :p AND position <= :p + 100 ORDER BY position LIMIT 100)
-ORDER BY position LIMIT 100;
+ORDER BY position LIMIT 100;'
+echo "$if_unpartitioned_tail" >"$scripts/tail_0.sql"
+cat >"$scripts/tail.sql" <<'SQL'
+\set p random(0, :events - 100)
+SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at
+  FROM awl_read_log(:p, :p + 100, NULL, NULL, NULL, NULL, NULL, 100);
 SQL
+sed 's/^\\set p .*/\\set p random(:events * 19 \/ 20, :events - 100)/' "$scripts/tail.sql" >"$scripts/live.sql"
+sed 's/^\\set p .*/\\set p random(:events * 19 \/ 20, :events - 100)/' "$scripts/tail_0.sql" >"$scripts/live_0.sql"
 cat >"$scripts/stream.sql" <<'SQL'
 \set id random(0, :runs - 1)
 SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at
@@ -61,8 +67,10 @@ SELECT position, stream_type, stream_id, version, event_type, event_version, pay
  ORDER BY version;
 SQL
 
-# A fresh database with migrations 0001 up to $1.
+# A fresh database for layout $2 with migrations 0001 up to $1: sets $target.
 fresh() {
+  local db=awl_partitions_bench_$2
+  target="${url%/*}/$db"
   psql "$url" -qAt -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
   for f in "$migrations"/00*.sql; do
     n=$(basename "$f" | cut -c1-4)
@@ -78,8 +86,8 @@ load() {
   if [ "$partitions" -gt 0 ]; then
     part_col=", part"
     psql "$target" -qAt -c "SELECT awl_ensure_run_partition('events',
-        awl_run_part(now()) - k * 604800) FROM generate_series(0, $partitions - 1) k" >/dev/null
-    part_expr=", awl_run_part(now()) - ($partitions - 1 - ((g - 1) / 10) * $partitions / $RUNS) * 604800"
+        awl_run_part(now()) - k * 2592000) FROM generate_series(0, $partitions - 1) k" >/dev/null
+    part_expr=", awl_run_part(now()) - ($partitions - 1 - ((g - 1) / 10) * $partitions / $RUNS) * 2592000"
   fi
   local cols="position, stream_type, stream_id, version, event_type, event_version, payload, metadata"
   psql "$target" -q -v ON_ERROR_STOP=1 -c "
@@ -104,6 +112,17 @@ bench() { # script clients
 
 wal() { psql "$target" -qAt -c "SELECT pg_current_wal_lsn()"; }
 wal_bytes() { psql "$target" -qAt -c "SELECT pg_wal_lsn_diff('$2', '$1')"; }
+
+# Move the $1 oldest run partitions into the archive (two years of a busy archive).
+retire() {
+  local part last
+  for part in $(psql "$target" -qAt -c "SELECT period_start FROM awl_run_partitions('events') ORDER BY 1 LIMIT $1"); do
+    last=$(psql "$target" -qAt -c "SELECT max(position) FROM events WHERE part = $part")
+    psql "$target" -qAt -c "SELECT awl_archive_run_partition($part, $last, now())" | grep -qx t
+  done
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # Move the oldest partition whole, then the next one's runs row by row (the same
 # statements as EventStore::archive_streams), timing each.
@@ -133,22 +152,49 @@ archive_costs() {
   printf '| row by row (%s runs) | %s ms | %s bytes |\n' "$runs_in" "$ms" "$(wal_bytes "$before" "$after")"
 }
 
-echo "history: $EVENTS run events ($RUNS runs) and $((EVENTS / 10)) task events; $SECS s per figure"
-echo
-echo "| layout | append_new (tx/s, 8 clients) | append_one (tx/s, 8 clients) | tail page (/s, 2 clients) | one stream (/s, 2 clients) |"
-echo "|---|---:|---:|---:|---:|"
-archive_rows=()
-for layout in 0 1 8 32; do
-  if [ "$layout" = 0 ]; then fresh 15; load 0; name="one table (before 0016)"
-  else fresh 99; load "$layout"; name="$layout run partitions"; fi
-  printf '| %s | %s | %s | %s | %s |\n' "$name" "$(bench append_new 8)" "$(bench append_one 8)" \
-    "$(bench tail 2)" "$(bench stream 2)"
-  if [ "$layout" = 8 ]; then mapfile -t archive_rows < <(archive_costs); fi
+echo "history: $EVENTS run events ($RUNS runs) and $((EVENTS / 10)) task events;" \
+  "median of $ROUNDS rounds of $SECS s, the layouts taking turns"
+layouts=(0 1 8 32 8a24)
+for layout in "${layouts[@]}"; do
+  case $layout in
+    0) fresh 15 0; load 0 ;;
+    8a24) fresh 99 "$layout"; load 32; retire 24 ;;
+    *) fresh 99 "$layout"; load "$layout" ;;
+  esac
 done
+declare -A figures
+for round in $(seq 1 "$ROUNDS"); do
+  for layout in "${layouts[@]}"; do
+    target="${url%/*}/awl_partitions_bench_$layout"
+    for case in append_new:8 append_one:8 tail:2 live:2 stream:2; do
+      script=${case%%:*}
+      [ "$layout" = 0 ] && [ "$script" != stream ] && [ "${script#append}" = "$script" ] && script=${script}_0
+      figures[$layout.${case%%:*}]+="$(bench "$script" "${case##*:}") "
+    done
+  done
+done
+echo
+echo "| layout | append_new (tx/s, 8 clients) | append_one (tx/s, 8 clients) | page anywhere (/s, 2 clients) | page near the head (/s, 2 clients) | one stream (/s, 2 clients) |"
+echo "|---|---:|---:|---:|---:|---:|"
+for layout in "${layouts[@]}"; do
+  case $layout in
+    0) name="one table (before 0016)" ;;
+    8a24) name="8 run partitions, 24 more in the archive" ;;
+    *) name="$layout run partitions" ;;
+  esac
+  row="| $name |"
+  for case in append_new append_one tail live stream; do
+    row+=" $(echo "${figures[$layout.$case]}" | tr ' ' '\n' | grep . | median) |"
+  done
+  echo "$row"
+done
+target="${url%/*}/awl_partitions_bench_8"
 echo
 echo "Archiving with 8 run partitions (each $((RUNS / 8)) runs):"
 echo
 echo "| how | time | WAL |"
 echo "|---|---:|---:|"
-printf '%s\n' "${archive_rows[@]}"
-psql "$url" -qAt -c "DROP DATABASE $db"
+archive_costs
+for layout in "${layouts[@]}"; do
+  psql "$url" -qAt -c "DROP DATABASE awl_partitions_bench_$layout"
+done

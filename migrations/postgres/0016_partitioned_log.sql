@@ -30,7 +30,7 @@ CREATE TABLE event_partitioning (
     -- Seconds per run partition.
     run_period BIGINT  NOT NULL CHECK (run_period > 0)
 );
-INSERT INTO event_partitioning (singleton, run_period) VALUES (TRUE, 604800);
+INSERT INTO event_partitioning (singleton, run_period) VALUES (TRUE, 2592000);
 
 -- The part of a run stream whose first event is appended at `t`.
 CREATE FUNCTION awl_run_part(t TIMESTAMPTZ) RETURNS BIGINT
@@ -99,17 +99,32 @@ BEGIN
 END;
 $$;
 
--- The part a stream's first event gives it.
+-- The part a stream's first event gives it. Called under the append lock for every
+-- new run, so it keeps what it learnt in two settings of the session: the period
+-- (fixed once a run partition exists, which is when it is kept) and the part whose
+-- partition it last found or made (a period's partition is never archived while
+-- runs can still start in it). Reading the table and the catalog every time cost
+-- a third of a new run's append (benches/pgbench/partitions.sh). Settings roll
+-- back with the transaction that set them, as the partition made in it does.
 CREATE FUNCTION awl_new_stream_part(stream_type TEXT) RETURNS BIGINT
 LANGUAGE plpgsql AS $$
 DECLARE
-    p BIGINT;
+    period BIGINT;
+    p      BIGINT;
 BEGIN
     IF stream_type <> 'run' THEN
         RETURN 0;
     END IF;
-    p := awl_run_part(now());
-    PERFORM awl_ensure_run_partition('events', p);
+    period := nullif(current_setting('awl.run_period', TRUE), '')::BIGINT;
+    IF period IS NULL THEN
+        period := (SELECT run_period FROM event_partitioning);
+    END IF;
+    p := (floor(extract(epoch FROM now()) / period) * period)::BIGINT;
+    IF current_setting('awl.run_part', TRUE) IS DISTINCT FROM p::TEXT THEN
+        PERFORM awl_ensure_run_partition('events', p);
+        PERFORM set_config('awl.run_period', period::TEXT, FALSE);
+        PERFORM set_config('awl.run_part', p::TEXT, FALSE);
+    END IF;
     RETURN p;
 END;
 $$;
@@ -187,6 +202,7 @@ BEGIN
         EXECUTE format('DROP TABLE %I', hot);
         RETURN TRUE;
     END IF;
+    UPDATE events_archive_reach SET last_position = greatest(last_position, last);
     EXECUTE format('ALTER TABLE events DETACH PARTITION %I', hot);
     EXECUTE format('ALTER TABLE %I ADD COLUMN archived_at TIMESTAMPTZ NOT NULL DEFAULT %L',
                    hot, archived);
@@ -273,6 +289,18 @@ SELECT e.position, e.stream_type, e.stream_id, e.version, e.event_type, e.event_
 
 DROP TABLE events_unpartitioned;
 DROP TABLE events_archive_unpartitioned;
+
+-- The highest position the archive holds. Every query over the archive locks and
+-- opens each of its partitions, and the archive gains one every period for good:
+-- readers of the log after a position (every tail and projection) read it only
+-- when it reaches past that position (awl_read_log below), which a live tail's
+-- does not. Raised by every move in the same transaction.
+CREATE TABLE events_archive_reach (
+    singleton     BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (singleton),
+    last_position BIGINT  NOT NULL
+);
+INSERT INTO events_archive_reach (singleton, last_position)
+SELECT TRUE, coalesce(max(position), 0) FROM events_archive;
 
 CREATE TRIGGER event_partitioning_run_period_is_fixed
     BEFORE UPDATE ON event_partitioning
@@ -427,6 +455,58 @@ BEGIN
                        WITH ORDINALITY AS e(r, t, ver, pl, md, idx)) ev
             ON ev.r = a.r;
         PERFORM pg_notify('awl_events', pos::text);
+    END IF;
+END;
+$$;
+
+-- A page of the whole log after `after`, up to `upper`, filtered: the hot log's
+-- events and, when the archive reaches past `after`, the archive's, merged by
+-- position. STABLE, so the reach and the rows are read in one snapshot: a move
+-- that commits between them is seen whole or not at all.
+CREATE FUNCTION awl_read_log(after BIGINT, upper BIGINT, kinds TEXT[], id TEXT, types TEXT[],
+                             since TIMESTAMPTZ, until TIMESTAMPTZ, page BIGINT)
+RETURNS TABLE ("position" BIGINT, stream_type TEXT, stream_id TEXT, version BIGINT,
+               event_type TEXT, event_version INTEGER, payload JSONB, metadata JSONB,
+               recorded_at TIMESTAMPTZ)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    IF (SELECT r.last_position FROM events_archive_reach r) > after THEN
+        RETURN QUERY
+        (SELECT e.position, e.stream_type, e.stream_id, e.version, e.event_type,
+                e.event_version, e.payload, e.metadata, e.recorded_at
+           FROM events e
+          WHERE e.position > after AND e.position <= upper
+            AND (kinds IS NULL OR e.stream_type = ANY(kinds))
+            AND (id IS NULL OR e.stream_id = id)
+            AND (types IS NULL OR e.event_type = ANY(types))
+            AND (since IS NULL OR e.recorded_at >= since)
+            AND (until IS NULL OR e.recorded_at < until)
+          ORDER BY e.position LIMIT page)
+        UNION ALL
+        (SELECT a.position, a.stream_type, a.stream_id, a.version, a.event_type,
+                a.event_version, a.payload, a.metadata, a.recorded_at
+           FROM events_archive a
+          WHERE a.position > after AND a.position <= upper
+            AND (kinds IS NULL OR a.stream_type = ANY(kinds))
+            AND (id IS NULL OR a.stream_id = id)
+            AND (types IS NULL OR a.event_type = ANY(types))
+            AND (since IS NULL OR a.recorded_at >= since)
+            AND (until IS NULL OR a.recorded_at < until)
+          ORDER BY a.position LIMIT page)
+        ORDER BY 1 LIMIT page;
+    ELSE
+        RETURN QUERY
+        SELECT e.position, e.stream_type, e.stream_id, e.version, e.event_type,
+               e.event_version, e.payload, e.metadata, e.recorded_at
+          FROM events e
+         WHERE e.position > after AND e.position <= upper
+           AND (kinds IS NULL OR e.stream_type = ANY(kinds))
+           AND (id IS NULL OR e.stream_id = id)
+           AND (types IS NULL OR e.event_type = ANY(types))
+           AND (since IS NULL OR e.recorded_at >= since)
+           AND (until IS NULL OR e.recorded_at < until)
+         ORDER BY e.position LIMIT page;
     END IF;
 END;
 $$;
