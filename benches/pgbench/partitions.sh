@@ -40,19 +40,31 @@ SELECT * FROM awl_append(ARRAY['run'], ARRAY['r' || :id::text], ARRAY[1], ARRAY[
   ARRAY[1], ARRAY['run.step_succeeded'], ARRAY[1],
   ARRAY['{"step": "build", "attempt": 1, "output": {"ok": true}}']::jsonb[], ARRAY['{"actor":"bench"}']::jsonb[], true);
 SQL
-# The tail's read as awl sends it: awl_read_log after 0016, the UNION before.
-if_unpartitioned_tail='\set p random(0, :events - 100)
-(SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at
+# The tail's read as awl sends it: before 0016 the UNION over the hot log and the
+# archive; after, the hot log's page with the archive's reach, and the UNION only
+# when the reach is past the page (a second statement; the script reads the reach
+# once more to decide, which awl takes from the page).
+union='(SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at
    FROM events WHERE position > :p AND position <= :p + 100 ORDER BY position LIMIT 100)
 UNION ALL
 (SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at
    FROM events_archive WHERE position > :p AND position <= :p + 100 ORDER BY position LIMIT 100)
 ORDER BY position LIMIT 100;'
-echo "$if_unpartitioned_tail" >"$scripts/tail_0.sql"
-cat >"$scripts/tail.sql" <<'SQL'
-\set p random(0, :events - 100)
-SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at
-  FROM awl_read_log(:p, :p + 100, NULL, NULL, NULL, NULL, NULL, 100);
+printf '%s\n%s\n' '\set p random(0, :events - 100)' "$union" >"$scripts/tail_0.sql"
+cat >"$scripts/tail.sql" <<SQL
+\\set p random(0, :events - 100)
+SELECT e.position, e.stream_type, e.stream_id, e.version, e.event_type, e.event_version, e.payload,
+       e.metadata, e.recorded_at, r.last_position
+  FROM events_archive_reach r
+  LEFT JOIN LATERAL (SELECT position, stream_type, stream_id, version, event_type, event_version,
+                            payload, metadata, recorded_at
+                       FROM events WHERE position > :p AND position <= :p + 100
+                      ORDER BY position LIMIT 100) AS e ON TRUE
+ ORDER BY e.position;
+SELECT last_position AS reach FROM events_archive_reach \\gset
+\\if :reach > :p
+$union
+\\endif
 SQL
 sed 's/^\\set p .*/\\set p random(:events * 19 \/ 20, :events - 100)/' "$scripts/tail.sql" >"$scripts/live.sql"
 sed 's/^\\set p .*/\\set p random(:events * 19 \/ 20, :events - 100)/' "$scripts/tail_0.sql" >"$scripts/live_0.sql"

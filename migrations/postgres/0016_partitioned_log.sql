@@ -5,7 +5,7 @@
 -- `part`, fixed for a stream by its first event:
 --
 --   * a run stream's part is the start (epoch seconds) of the period its first event
---     was appended in (`event_partitioning.run_period`, seven days unless set), so a
+--     was appended in (`event_partitioning.run_period`, 30 days unless set), so a
 --     run's events all sit in one partition, `events_runs_<period start>`;
 --   * every other stream (workflows, agents, tasks, schedules, proposals, ...) has
 --     part 0, in `events_streams`: those streams live on, or leave the hot log one
@@ -293,8 +293,9 @@ DROP TABLE events_archive_unpartitioned;
 -- The highest position the archive holds. Every query over the archive locks and
 -- opens each of its partitions, and the archive gains one every period for good:
 -- readers of the log after a position (every tail and projection) read it only
--- when it reaches past that position (awl_read_log below), which a live tail's
--- does not. Raised by every move in the same transaction.
+-- when it reaches past that position, which a live tail's does not (the page of
+-- the hot log is read with the reach, in one snapshot). Raised by every move in
+-- the same transaction.
 CREATE TABLE events_archive_reach (
     singleton     BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (singleton),
     last_position BIGINT  NOT NULL
@@ -459,54 +460,3 @@ BEGIN
 END;
 $$;
 
--- A page of the whole log after `after`, up to `upper`, filtered: the hot log's
--- events and, when the archive reaches past `after`, the archive's, merged by
--- position. STABLE, so the reach and the rows are read in one snapshot: a move
--- that commits between them is seen whole or not at all.
-CREATE FUNCTION awl_read_log(after BIGINT, upper BIGINT, kinds TEXT[], id TEXT, types TEXT[],
-                             since TIMESTAMPTZ, until TIMESTAMPTZ, page BIGINT)
-RETURNS TABLE ("position" BIGINT, stream_type TEXT, stream_id TEXT, version BIGINT,
-               event_type TEXT, event_version INTEGER, payload JSONB, metadata JSONB,
-               recorded_at TIMESTAMPTZ)
-LANGUAGE plpgsql STABLE AS $$
-#variable_conflict use_column
-BEGIN
-    IF (SELECT r.last_position FROM events_archive_reach r) > after THEN
-        RETURN QUERY
-        (SELECT e.position, e.stream_type, e.stream_id, e.version, e.event_type,
-                e.event_version, e.payload, e.metadata, e.recorded_at
-           FROM events e
-          WHERE e.position > after AND e.position <= upper
-            AND (kinds IS NULL OR e.stream_type = ANY(kinds))
-            AND (id IS NULL OR e.stream_id = id)
-            AND (types IS NULL OR e.event_type = ANY(types))
-            AND (since IS NULL OR e.recorded_at >= since)
-            AND (until IS NULL OR e.recorded_at < until)
-          ORDER BY e.position LIMIT page)
-        UNION ALL
-        (SELECT a.position, a.stream_type, a.stream_id, a.version, a.event_type,
-                a.event_version, a.payload, a.metadata, a.recorded_at
-           FROM events_archive a
-          WHERE a.position > after AND a.position <= upper
-            AND (kinds IS NULL OR a.stream_type = ANY(kinds))
-            AND (id IS NULL OR a.stream_id = id)
-            AND (types IS NULL OR a.event_type = ANY(types))
-            AND (since IS NULL OR a.recorded_at >= since)
-            AND (until IS NULL OR a.recorded_at < until)
-          ORDER BY a.position LIMIT page)
-        ORDER BY 1 LIMIT page;
-    ELSE
-        RETURN QUERY
-        SELECT e.position, e.stream_type, e.stream_id, e.version, e.event_type,
-               e.event_version, e.payload, e.metadata, e.recorded_at
-          FROM events e
-         WHERE e.position > after AND e.position <= upper
-           AND (kinds IS NULL OR e.stream_type = ANY(kinds))
-           AND (id IS NULL OR e.stream_id = id)
-           AND (types IS NULL OR e.event_type = ANY(types))
-           AND (since IS NULL OR e.recorded_at >= since)
-           AND (until IS NULL OR e.recorded_at < until)
-         ORDER BY e.position LIMIT page;
-    END IF;
-END;
-$$;

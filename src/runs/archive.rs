@@ -12,7 +12,7 @@
 //! the cutoff now, while the schedule of `awl serve --archive-older-than` leaves a
 //! run whose partition's period is not over yet for its partition to take along, so
 //! that in steady state retention moves partitions, not rows. A run so leaves the hot
-//! log at most one period (seven days by default) after it passes the age.
+//! log at most one period (30 days by default) after it passes the age.
 
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;

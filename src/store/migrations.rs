@@ -192,3 +192,19 @@ pub(crate) fn postgres() -> Migrator {
 pub(crate) fn sqlite() -> Migrator {
     migrator(SQLITE)
 }
+
+/// The migrations up to `version` only: a store as an older awl left it, for tests of
+/// the migrations that follow on a log that already holds events.
+pub(crate) fn postgres_up_to(version: i64) -> Migrator {
+    let list: Vec<_> = POSTGRES
+        .iter()
+        .filter(|m| m.0 <= version)
+        .copied()
+        .collect();
+    migrator(&list)
+}
+
+pub(crate) fn sqlite_up_to(version: i64) -> Migrator {
+    let list: Vec<_> = SQLITE.iter().filter(|m| m.0 <= version).copied().collect();
+    migrator(&list)
+}

@@ -160,6 +160,19 @@ impl EventStore {
         self.inner.backend.migrate().await
     }
 
+    /// Apply the migrations up to `version` only, leaving the store as an older awl
+    /// did: for tests of a later migration on a log that already holds events
+    /// (open with `migrate: false` first).
+    #[doc(hidden)]
+    pub async fn migrate_to(&self, version: i64) -> Result<(), StoreError> {
+        match &self.inner.backend {
+            backend::Backend::Postgres(b) => {
+                b.migrate_with(migrations::postgres_up_to(version)).await
+            }
+            backend::Backend::Sqlite(b) => b.migrate_with(migrations::sqlite_up_to(version)).await,
+        }
+    }
+
     /// Append events to one stream if it is at the expected version. Concurrent calls
     /// are committed together; each gets its own result.
     pub async fn append(&self, request: AppendRequest) -> Result<Appended, StoreError> {

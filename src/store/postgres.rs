@@ -27,6 +27,9 @@ pub(crate) const CHANNEL: &str = "awl_events";
 
 const COLUMNS: &str = "position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at";
 
+/// [`COLUMNS`] of a subquery `e`.
+const QUALIFIED: &str = "e.position, e.stream_type, e.stream_id, e.version, e.event_type, e.event_version, e.payload, e.metadata, e.recorded_at";
+
 /// How long a caller waits for a connection before the store says it is unavailable
 /// (a 503 to an API caller): long enough to ride out a burst, short enough that a
 /// request made while the database is down gets an answer, not a hang.
@@ -78,7 +81,14 @@ impl PgBackend {
     }
 
     pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
-        migrations::postgres()
+        self.migrate_with(migrations::postgres()).await
+    }
+
+    pub(crate) async fn migrate_with(
+        &self,
+        migrator: sqlx::migrate::Migrator,
+    ) -> Result<(), StoreError> {
+        migrator
             .run(&self.pool)
             .await
             .map_err(|e| StoreError::Migrate {
@@ -317,31 +327,70 @@ impl PgBackend {
             return Ok((Vec::new(), after));
         }
         let upper = plan::scan_upper_bound(after, limit, head, filter);
-        // `awl_read_log` (migration 0016): the hot log's page and, only when the
-        // archive reaches past `after`, the archive's, each in position order and
-        // merged (a Merge Append of index scans, no sort). A live tail's page does
-        // not touch the archive's partitions, which grow by one every period.
-        let sql =
-            const_format("SELECT {COLUMNS} FROM awl_read_log($1, $2, $3, $4, $5, $6, $7, $8)");
+        // The hot log's page, with the archive's reach (the highest position it
+        // holds, migration 0016) read in the same snapshot. Only when the archive
+        // reaches past `after` (a rebuild, or a tail far behind) is the page read
+        // again over both tables, merged by position (a Merge Append of two index
+        // scans, no sort): a query over the archive opens and locks every one of
+        // its partitions, and it gains one every period, for good.
+        const FILTER: &str = "position > $1 AND position <= $2 \
+               AND ($3::text[] IS NULL OR stream_type = ANY($3)) \
+               AND ($4::text IS NULL OR stream_id = $4) \
+               AND ($5::text[] IS NULL OR event_type = ANY($5)) \
+               AND ($6::timestamptz IS NULL OR recorded_at >= $6) \
+               AND ($7::timestamptz IS NULL OR recorded_at < $7)";
+        let hot = const_format(&format!(
+            "SELECT {QUALIFIED}, r.last_position \
+               FROM events_archive_reach r \
+               LEFT JOIN LATERAL (SELECT {{COLUMNS}} FROM events WHERE {FILTER} \
+                                   ORDER BY position LIMIT $8) AS e ON TRUE \
+              ORDER BY e.position"
+        ));
+        let both = const_format(&format!(
+            "(SELECT {{COLUMNS}} FROM events WHERE {FILTER} ORDER BY position LIMIT $8) \
+             UNION ALL \
+             (SELECT {{COLUMNS}} FROM events_archive WHERE {FILTER} ORDER BY position LIMIT $8) \
+             ORDER BY position LIMIT $8"
+        ));
         let stream_types: Option<Vec<&str>> = (!filter.stream_types.is_empty())
             .then(|| filter.stream_types.iter().map(|t| t.as_str()).collect());
         let event_types: Option<&Vec<String>> =
             (!filter.event_types.is_empty()).then_some(&filter.event_types);
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(after)
-            .bind(upper)
-            .bind(stream_types)
-            .bind(filter.stream_id.as_deref())
-            .bind(event_types)
-            .bind(filter.since)
-            .bind(filter.until)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::db(format!(
-                "reading the log after position {after}"
-            )))?;
-        let events = rows.iter().map(raw_event).collect::<Result<Vec<_>, _>>()?;
+        let read = |sql: String| {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(after)
+                .bind(upper)
+                .bind(stream_types.clone())
+                .bind(filter.stream_id.as_deref())
+                .bind(event_types)
+                .bind(filter.since)
+                .bind(filter.until)
+                .bind(limit)
+                .fetch_all(&self.pool)
+        };
+        let failed = || StoreError::db(format!("reading the log after position {after}"));
+        let rows = read(hot).await.map_err(failed())?;
+        let reach: Option<i64> = match rows.first() {
+            Some(row) => row.try_get(9).map_err(failed())?,
+            None => None,
+        };
+        let events = if reach.is_none_or(|reach| reach > after) {
+            let rows = read(both).await.map_err(failed())?;
+            rows.iter().map(raw_event).collect::<Result<Vec<_>, _>>()?
+        } else {
+            let mut events = Vec::with_capacity(rows.len());
+            for row in &rows {
+                // The one row of an empty page has no event.
+                if row
+                    .try_get::<Option<i64>, _>(0)
+                    .map_err(failed())?
+                    .is_some()
+                {
+                    events.push(raw_event(row)?);
+                }
+            }
+            events
+        };
         let scanned = if (events.len() as i64) < limit {
             upper
         } else {

@@ -76,7 +76,14 @@ impl SqliteBackend {
     }
 
     pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
-        migrations::sqlite()
+        self.migrate_with(migrations::sqlite()).await
+    }
+
+    pub(crate) async fn migrate_with(
+        &self,
+        migrator: sqlx::migrate::Migrator,
+    ) -> Result<(), StoreError> {
+        migrator
             .run(&self.writer)
             .await
             .map_err(|e| StoreError::Migrate {

@@ -46,4 +46,5 @@ crate::support::on_both_stores!(
     an_archived_stream_reads_the_same_and_takes_no_append,
     stream_ids_lists_a_kinds_streams_hot_and_archived,
     run_partitions_leave_whole_once_every_run_finished,
+    a_log_from_before_the_partitions_reads_the_same_after,
 );
