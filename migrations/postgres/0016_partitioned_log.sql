@@ -182,10 +182,15 @@ DECLARE
     last    BIGINT;
     head    BIGINT;
 BEGIN
-    IF part = 0 OR to_regclass(quote_ident(hot)) IS NULL THEN
+    -- Only a period that is over: runs may still start in the current one.
+    IF part = 0 OR part + width > extract(epoch FROM now()) THEN
         RETURN FALSE;
     END IF;
     LOCK TABLE events IN ACCESS EXCLUSIVE MODE;
+    -- Another process may have moved it while this one waited for the lock.
+    IF to_regclass(quote_ident(hot)) IS NULL THEN
+        RETURN FALSE;
+    END IF;
     EXECUTE format('SELECT max(position) FROM %I', hot) INTO last;
     head := (SELECT e.position FROM events e ORDER BY e.position DESC LIMIT 1);
     IF last IS DISTINCT FROM expected_last OR last = head THEN

@@ -127,7 +127,9 @@ impl EventStore {
             return Ok(done);
         };
         for partition in self.run_partitions().await? {
-            if partition.end > cutoff {
+            // Only a period that is over (runs may still start in the current one),
+            // even for a cutoff in the future.
+            if partition.end > cutoff.min(now) {
                 break;
             }
             let part = partition.start.timestamp();

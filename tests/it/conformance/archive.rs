@@ -315,6 +315,30 @@ pub async fn run_partitions_leave_whole_once_every_run_finished(backend: Backend
             "{id}"
         );
     }
+
+    // A cutoff in the future never takes the current period's partition (30 days by
+    // default, on a log of its own): runs may still start in it.
+    let fresh = TestStore::new(backend).await;
+    for (s, types) in [
+        (run("r1"), &["run.started", "run.completed"][..]),
+        (agent.clone(), &["test.happened"][..]),
+    ] {
+        fresh
+            .store
+            .append(append(&s, ExpectedVersion::NoStream, run_events(types)))
+            .await
+            .expect("append");
+    }
+    // (Past the period's end, and the caller's clock as far ahead: the database's
+    // own clock decides.)
+    let later = chrono::Utc::now() + chrono::Duration::days(31);
+    let moved = fresh
+        .store
+        .archive_run_partitions(later, later, &FINISHED_EVENT_TYPES)
+        .await
+        .expect("archive");
+    assert_eq!(moved, Default::default());
+    assert_eq!(fresh.store.run_partitions().await.expect("list").len(), 1);
 }
 
 /// A log written before the partitions (migration 15 on Postgres) reads the same
