@@ -68,13 +68,27 @@ $union
 SQL
 sed 's/^\\set p .*/\\set p random(:events * 19 \/ 20, :events - 100)/' "$scripts/tail.sql" >"$scripts/live.sql"
 sed 's/^\\set p .*/\\set p random(:events * 19 \/ 20, :events - 100)/' "$scripts/tail_0.sql" >"$scripts/live_0.sql"
-cat >"$scripts/stream.sql" <<'SQL'
+cat >"$scripts/stream_0.sql" <<'SQL'
 \set id random(0, :runs - 1)
 SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at
   FROM events
  WHERE stream_type = 'run' AND stream_id = 'r' || :id::text
    AND version >= COALESCE((SELECT max(c.version) FROM events c
          WHERE c.stream_type = 'run' AND c.stream_id = 'r' || :id::text
+           AND c.event_type = 'run.continued'), 0)
+ ORDER BY version;
+SQL
+# After 0016 the read carries the parts a run can have, so the streams' partition
+# is pruned.
+cat >"$scripts/stream.sql" <<'SQL'
+\set id random(0, :runs - 1)
+SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at
+  FROM events
+ WHERE stream_type = :kind AND stream_id = 'r' || :id::text
+   AND part >= awl_part_floor(:kind) AND part < awl_part_ceiling(:kind)
+   AND version >= COALESCE((SELECT max(c.version) FROM events c
+         WHERE c.stream_type = :kind AND c.stream_id = 'r' || :id::text
+           AND c.part >= awl_part_floor(:kind) AND c.part < awl_part_ceiling(:kind)
            AND c.event_type = 'run.continued'), 0)
  ORDER BY version;
 SQL
@@ -117,7 +131,7 @@ load() {
 }
 
 bench() { # script clients
-  pgbench -n -M prepared -c "$2" -j 2 -T "$SECS" -D runs="$RUNS" -D events="$EVENTS" \
+  pgbench -n -M prepared -c "$2" -j 2 -T "$SECS" -D runs="$RUNS" -D events="$EVENTS" -D kind=run \
     -f "$scripts/$1.sql" "$target" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p' |
     awk '{ printf "%.0f", $1 }'
 }
@@ -180,7 +194,7 @@ for round in $(seq 1 "$ROUNDS"); do
     target="${url%/*}/awl_partitions_bench_$layout"
     for case in append_new:8 append_one:8 tail:2 live:2 stream:2; do
       script=${case%%:*}
-      [ "$layout" = 0 ] && [ "$script" != stream ] && [ "${script#append}" = "$script" ] && script=${script}_0
+      [ "$layout" = 0 ] && [ "${script#append}" = "$script" ] && script=${script}_0
       figures[$layout.${case%%:*}]+="$(bench "$script" "${case##*:}") "
     done
   done

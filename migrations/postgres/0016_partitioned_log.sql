@@ -219,6 +219,16 @@ BEGIN
 END;
 $$;
 
+-- The parts a stream of `stream_type` can have, [floor, ceiling): a run's are the
+-- run periods', every other stream's 0. Lookups of one stream carry them so that
+-- Postgres prunes the partitions that cannot hold it.
+CREATE FUNCTION awl_part_floor(stream_type TEXT) RETURNS BIGINT
+LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN stream_type = 'run' THEN 1 ELSE 0 END::BIGINT $$;
+CREATE FUNCTION awl_part_ceiling(stream_type TEXT) RETURNS BIGINT
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN stream_type = 'run' THEN 9223372036854775807 ELSE 1 END::BIGINT
+$$;
+
 -- The hot log, partitioned.
 ALTER TABLE events RENAME TO events_unpartitioned;
 CREATE TABLE events (
@@ -374,8 +384,11 @@ BEGIN
     head := coalesce((SELECT e.position FROM events e ORDER BY e.position DESC LIMIT 1), 0);
     pos := head;
     IF coalesce(array_length(req_counts, 1), 0) = 1 THEN
+        -- The range of parts a stream of its type can have: a run's lookup skips
+        -- events_streams, another's the run partitions (pruned when the plan runs).
         SELECT e.version, e.part INTO cur, cur_part FROM events e
          WHERE e.stream_type = stream_types[1] AND e.stream_id = stream_ids[1]
+           AND e.part >= awl_part_floor(stream_types[1]) AND e.part < awl_part_ceiling(stream_types[1])
          ORDER BY e.version DESC LIMIT 1;
         cur := coalesce(cur, 0);
         actual := cur;
@@ -409,6 +422,7 @@ BEGIN
       FROM unnest(stream_types, stream_ids) WITH ORDINALITY AS s(t, i, n)
       LEFT JOIN LATERAL (SELECT e.version AS v, e.part AS p FROM events e
                           WHERE e.stream_type = s.t AND e.stream_id = s.i
+                            AND e.part >= awl_part_floor(s.t) AND e.part < awl_part_ceiling(s.t)
                           ORDER BY e.version DESC LIMIT 1) l ON TRUE;
     FOR k IN 1 .. coalesce(array_length(versions, 1), 0) LOOP
         IF versions[k] IS NULL THEN

@@ -161,8 +161,10 @@ impl PgBackend {
             let sql = const_format(
                 "SELECT {COLUMNS} FROM events \
                   WHERE stream_type = $1 AND stream_id = $2 \
+                    AND part >= awl_part_floor($1) AND part < awl_part_ceiling($1) \
                     AND version >= COALESCE((SELECT max(c.version) FROM events c \
                           WHERE c.stream_type = $1 AND c.stream_id = $2 \
+                            AND c.part >= awl_part_floor($1) AND c.part < awl_part_ceiling($1) \
                             AND c.event_type = '{CONTINUED}'), 0) \
                   ORDER BY version",
             )
@@ -188,8 +190,10 @@ impl PgBackend {
              CROSS JOIN LATERAL ( \
                SELECT {COLUMNS} FROM events e \
                 WHERE e.stream_type = $1 AND e.stream_id = s.id \
+                  AND e.part >= awl_part_floor($1) AND e.part < awl_part_ceiling($1) \
                   AND e.version >= COALESCE((SELECT max(c.version) FROM events c \
                         WHERE c.stream_type = $1 AND c.stream_id = s.id \
+                          AND c.part >= awl_part_floor($1) AND c.part < awl_part_ceiling($1) \
                           AND c.event_type = '{CONTINUED}'), 0)) AS e \
              ORDER BY stream_id, version",
         )

@@ -164,7 +164,7 @@ impl StoreTx {
                 sqlx::query(
                     "UPDATE run_wakeups w SET \
                        due_at = CASE WHEN NOT w.woken AND COALESCE((SELECT e.version FROM events e \
-                                   WHERE e.stream_type = 'run' AND e.stream_id = w.run_id \
+                                   WHERE e.stream_type = 'run' AND e.stream_id = w.run_id AND e.part > 0 \
                                    ORDER BY e.version DESC LIMIT 1), 0) = r.version \
                                 THEN r.due ELSE $4 END, \
                        waiting_for = CASE WHEN w.woken THEN NULL ELSE r.waiting END, \
