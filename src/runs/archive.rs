@@ -136,15 +136,10 @@ impl Runs {
         pass.events += whole.events;
         pass.partitions = whole.partitions;
         for batch in whole.runs.chunks(BATCH) {
-            let tasks = self.finished_tasks_of(batch).await?;
-            let moved = self
-                .store
-                .archive_streams(StreamType::Task, &tasks, self.now())
-                .await?;
-            pass.tasks += moved.streams.len();
-            pass.events += moved.events;
+            self.move_finished_tasks(batch, &mut pass).await?;
         }
-        for batch in pass.selected.chunks(BATCH) {
+        let selected = std::mem::take(&mut pass.selected);
+        for batch in selected.chunks(BATCH) {
             let mut ids: Vec<String> = batch.iter().map(RunId::to_string).collect();
             if row_moves == RowMoves::OnlyFromPastPeriods {
                 let ends = self.store.run_period_ends(&ids).await?;
@@ -156,15 +151,26 @@ impl Runs {
                 .await?;
             pass.runs += moved.streams.len();
             pass.events += moved.events;
-            let tasks = self.finished_tasks_of(&moved.streams).await?;
-            let moved = self
-                .store
-                .archive_streams(StreamType::Task, &tasks, self.now())
-                .await?;
-            pass.tasks += moved.streams.len();
-            pass.events += moved.events;
+            self.move_finished_tasks(&moved.streams, &mut pass).await?;
         }
+        pass.selected = selected;
         Ok(pass)
+    }
+
+    /// Move the finished tasks of the runs `runs` (just archived) after them.
+    async fn move_finished_tasks(
+        &self,
+        runs: &[String],
+        pass: &mut ArchivePass,
+    ) -> Result<(), RunsError> {
+        let tasks = self.finished_tasks_of(runs).await?;
+        let moved = self
+            .store
+            .archive_streams(StreamType::Task, &tasks, self.now())
+            .await?;
+        pass.tasks += moved.streams.len();
+        pass.events += moved.events;
+        Ok(())
     }
 
     /// Archive what `retention` says, every `retention.every`, until `stop` turns
