@@ -12,7 +12,8 @@ use uuid::Uuid;
 use crate::domain::Decide;
 use crate::domain::ids::{RunId, StepId};
 use crate::domain::run::{
-    ErrorClass, GateDecision, RecoveryAction, Run, RunCommand, RunEvent, RunStatus, StepState,
+    ErrorClass, GateDecision, RecoveryAction, Rules, Run, RunCommand, RunEvent, RunStatus,
+    StepState,
 };
 use crate::workflow::model::Workflow;
 use crate::workflow::validate::check;
@@ -56,6 +57,12 @@ impl Sim {
     }
 
     fn from_def(def: Workflow, inputs: Value) -> Self {
+        Self::under(def, inputs, Rules::CURRENT)
+    }
+
+    /// A run recorded under `rules` (the first: as runs started before rules had
+    /// versions, every step scheduled before it starts).
+    fn under(def: Workflow, inputs: Value, rules: Rules) -> Self {
         let mut run = Run::default();
         let Value::Object(inputs) = inputs else {
             panic!("inputs must be an object")
@@ -80,7 +87,10 @@ impl Sim {
             *f = flow;
         }
         let mut log = Vec::new();
-        for e in run.decide(start).unwrap() {
+        for mut e in run.decide(start).unwrap() {
+            if let RunEvent::Started { rules: r, .. } = &mut e {
+                *r = rules;
+            }
             run.apply(e.clone());
             log.push(e);
         }
@@ -232,10 +242,7 @@ outputs:
 fn steps_run_in_order_each_started_once_its_predecessor_succeeded() {
     let mut sim = Sim::start(THREE, json!({"who": "ada"}));
     let first = sim.tick();
-    assert_eq!(
-        types(&first.events),
-        vec!["run.step_scheduled", "run.step_started"]
-    );
+    assert_eq!(types(&first.events), vec!["run.step_started"]);
     assert_eq!(performed(&first), vec!["a"]);
     match &first.effects[0] {
         Effect::Perform {
@@ -260,11 +267,7 @@ fn steps_run_in_order_each_started_once_its_predecessor_succeeded() {
     let second = sim.succeed("a");
     assert_eq!(
         types(&second.events),
-        vec![
-            "run.step_succeeded",
-            "run.step_scheduled",
-            "run.step_started"
-        ]
+        vec!["run.step_succeeded", "run.step_started"]
     );
     match &second.effects[0] {
         Effect::Perform {
@@ -285,6 +288,58 @@ fn steps_run_in_order_each_started_once_its_predecessor_succeeded() {
     }
     assert!(last.is_finished());
     assert_eq!(last.wake_at, None);
+}
+
+/// A run started before rules had versions goes on as it began: each step
+/// scheduled, then started. Its history replays; the same history under the second
+/// rules does not (the start names the rules its steps were decided by).
+#[test]
+fn a_run_under_the_first_rules_schedules_every_step_before_it_starts() {
+    let mut sim = Sim::under(workflow(THREE), json!({"who": "ada"}), Rules::FIRST);
+    let first = sim.tick();
+    assert_eq!(
+        types(&first.events),
+        vec!["run.step_scheduled", "run.step_started"]
+    );
+    let second = sim.succeed("a");
+    assert_eq!(
+        types(&second.events),
+        vec![
+            "run.step_succeeded",
+            "run.step_scheduled",
+            "run.step_started"
+        ]
+    );
+    sim.succeed("b");
+    sim.succeed("c");
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+    assert_eq!(sim.log.len(), 1 + 3 * 3 + 1);
+    let mut relabelled: Vec<Recorded> = sim.log.iter().cloned().map(Recorded::plain).collect();
+    if let RunEvent::Started { rules, .. } = &mut relabelled[0].logged {
+        *rules = Rules::CURRENT;
+    }
+    relabelled[0].opened = relabelled[0].logged.clone();
+    let divergence = verify_history(&sim.def, &relabelled, &ReplayContext::default()).unwrap_err();
+    assert_eq!(divergence.version, 2, "{divergence}");
+    assert_eq!(divergence.step, Some(sid("a")));
+}
+
+/// Under the current rules a ten-step run of performed steps is two events a step,
+/// and a step held back by a spent budget is still scheduled (it waits for its gate).
+#[test]
+fn a_run_under_the_current_rules_records_two_events_a_step() {
+    let mut sim = Sim::start(THREE, json!({"who": "ada"}));
+    for step in ["a", "b", "c"] {
+        sim.tick();
+        sim.succeed(step);
+    }
+    assert_eq!(sim.run.status(), Some(RunStatus::Succeeded));
+    assert_eq!(sim.log.len(), 1 + 3 * 2 + 1, "{:?}", types(&sim.log));
+    for step in ["a", "b", "c"] {
+        let attempts = sim.run.attempts(&sid(step));
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(attempts[0].scheduled_at, attempts[0].started_at.unwrap());
+    }
 }
 
 #[test]
@@ -460,7 +515,7 @@ fn a_gate_waits_for_a_person_and_an_approval_moves_the_run_on() {
     let tick = sim.tick();
     assert_eq!(
         types(&tick.events),
-        vec!["run.step_scheduled", "run.step_started", "run.gate_opened"]
+        vec!["run.step_started", "run.gate_opened"]
     );
     assert_eq!(sim.run.status(), Some(RunStatus::Waiting));
     let gate = open_gate(&sim);
@@ -1123,6 +1178,11 @@ steps:
     let mut sim = Sim::start(yaml, json!({}));
     let tick = over(&mut sim);
     assert!(performed(&tick).is_empty(), "nothing starts over budget");
+    assert_eq!(
+        sim.status("more"),
+        Some("scheduled"),
+        "held by the budget, a step is scheduled (and waits) under any rules"
+    );
     assert_eq!(sim.run.status(), Some(RunStatus::Waiting));
     let gate = open_gate(&sim);
     assert_eq!(gate.approvers, vec!["finance".to_string()]);
@@ -2073,10 +2133,7 @@ steps:
 "#;
     let mut sim = Sim::start(yaml, json!({}));
     let tick = sim.tick();
-    assert_eq!(
-        types(&tick.events)[..2],
-        ["run.step_scheduled", "run.step_started"]
-    );
+    assert_eq!(types(&tick.events)[..1], ["run.step_started"]);
     assert!(
         types(&tick.events).contains(&"run.step_failed".to_string()),
         "{:?}",

@@ -16,13 +16,22 @@ fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
 }
 
-fn golden_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(golden_dir())
-        .expect("tests/golden")
+/// The histories of one set: `tests/golden/` holds runs recorded under the current
+/// rules, `tests/golden/rules-1/` the same workflows' runs recorded before rules had
+/// versions (every step scheduled before it starts), kept as they were.
+fn golden_files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("a golden directory")
         .filter_map(|e| Some(e.ok()?.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
+    files
+}
+
+fn golden_files() -> Vec<PathBuf> {
+    let mut files = golden_files_in(&golden_dir());
+    files.extend(golden_files_in(&golden_dir().join("rules-1")));
     files
 }
 
@@ -52,22 +61,35 @@ async fn sandbox() -> (TestStore, Awl) {
 #[tokio::test]
 async fn every_golden_history_replays_to_the_same_decisions() {
     let files = golden_files();
-    let workflows: std::collections::BTreeSet<String> = files
-        .iter()
-        .map(|f| read(f)["workflow"].as_str().unwrap_or_default().to_string())
-        .collect();
-    for expected in [
-        "hello",
-        "retry-backoff",
-        "order-saga",
-        "error-handling",
-        "mirror-race",
-        "release",
-    ] {
-        assert!(
-            workflows.contains(expected),
-            "no golden history of {expected}: {workflows:?}"
-        );
+    for (dir, rules) in [(golden_dir(), 2), (golden_dir().join("rules-1"), 1)] {
+        let set = golden_files_in(&dir);
+        let workflows: std::collections::BTreeSet<String> = set
+            .iter()
+            .map(|f| read(f)["workflow"].as_str().unwrap_or_default().to_string())
+            .collect();
+        for expected in [
+            "hello",
+            "retry-backoff",
+            "order-saga",
+            "error-handling",
+            "mirror-race",
+            "release",
+        ] {
+            assert!(
+                workflows.contains(expected),
+                "no golden history of {expected} in {}: {workflows:?}",
+                dir.display()
+            );
+        }
+        for file in &set {
+            let start = &read(file)["events"][0]["payload"];
+            assert_eq!(
+                start.get("rules").and_then(Value::as_u64).unwrap_or(1),
+                rules,
+                "{} is recorded under other rules than its set's: {start}",
+                file.display()
+            );
+        }
     }
     let (_t, awl) = sandbox().await;
     let (ok, lines) = replay(&awl, &files).await;

@@ -12,8 +12,8 @@ use crate::domain::ids::{GateId, RunId, StepId};
 
 use super::RunStatus::{self, *};
 use super::{
-    Gate, GateDecision, RecoveryAction, Run, RunAction, RunCommand, RunError, RunEvent, StepPhase,
-    StepSituation, StepState,
+    Gate, GateDecision, RecoveryAction, Rules, Run, RunAction, RunCommand, RunError, RunEvent,
+    StepPhase, StepSituation, StepState,
 };
 
 /// Where steps and gates move.
@@ -65,6 +65,7 @@ impl Decide for Run {
                         parent,
                         origin,
                         flow,
+                        rules: Rules::CURRENT,
                         at,
                     }])
                 }
@@ -119,6 +120,18 @@ impl Decide for Run {
                 at,
             } => {
                 check.status_in(ACTIVE)?;
+                if self.starts_unscheduled(&step_id, attempt) {
+                    check.not_empty("idempotency key", &idempotency_key)?;
+                    check.after("timeout_at", timeout_at, at)?;
+                    return Ok(vec![RunEvent::StepStarted {
+                        step_id,
+                        attempt,
+                        idempotency_key,
+                        timeout_at,
+                        call,
+                        at,
+                    }]);
+                }
                 let state = check.step(&step_id)?;
                 match state {
                     StepState::Scheduled {
@@ -272,9 +285,11 @@ impl Decide for Run {
                 at,
             } => {
                 check.status_in(ACTIVE)?;
-                let state = check.step(&step_id)?;
-                if !matches!(state, StepState::Scheduled { .. }) {
-                    check.failed_not_final(&step_id)?;
+                if !self.starts_unscheduled(&step_id, 1) {
+                    let state = check.step(&step_id)?;
+                    if !matches!(state, StepState::Scheduled { .. }) {
+                        check.failed_not_final(&step_id)?;
+                    }
                 }
                 check.not_empty("reason", &reason)?;
                 Ok(vec![RunEvent::StepSkipped {
@@ -637,6 +652,12 @@ impl Decide for Run {
 }
 
 impl Run {
+    /// Whether `attempt` of a step the run has not seen may start (or be skipped)
+    /// without being scheduled first: its first attempt, under rules 2.
+    fn starts_unscheduled(&self, step_id: &StepId, attempt: u32) -> bool {
+        attempt == 1 && !self.rules.schedules_every_step() && !self.steps.contains_key(step_id)
+    }
+
     /// What the error handler chose after `attempt` of the step failed, if anything yet.
     /// Whether a failed attempt with this recovery may still be followed by another.
     fn failure_in_play(&self, recovery: Option<&RecoveryAction>) -> bool {

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::domain::ids::{GateId, RunId, StepId, WorkflowName};
 
 use super::types::{
-    DerivedKind, ErrorClass, Flow, ParentRef, RecoveryAction, RunOrigin, StepCall, StepError,
+    DerivedKind, ErrorClass, Flow, ParentRef, RecoveryAction, Rules, RunOrigin, StepCall, StepError,
 };
 
 /// Something that happened in one workflow run.
@@ -37,6 +37,9 @@ pub enum RunEvent {
         /// (absent: priority 0, no limit).
         #[serde(default, skip_serializing_if = "Flow::is_default")]
         flow: Flow,
+        /// The rules its steps are recorded by (absent: the first).
+        #[serde(default, skip_serializing_if = "Rules::is_first")]
+        rules: Rules,
         at: DateTime<Utc>,
     },
     /// The run could not take a slot of `scope` (all `limit` are held): it waits

@@ -40,7 +40,7 @@ pub use state::{
     RunOutcome, RunStatus, StepPhase, StepSituation, StepState,
 };
 pub use types::{
-    DerivedKind, ErrorClass, Flow, FlowSlot, ParentRef, RecoveryAction, RunOrigin, StepCall,
+    DerivedKind, ErrorClass, Flow, FlowSlot, ParentRef, RecoveryAction, Rules, RunOrigin, StepCall,
     StepError, UnknownErrorClass,
 };
 
@@ -99,6 +99,9 @@ pub struct Run {
     /// The slot it waits for, while queued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     queued: Option<QueuedOn>,
+    /// The rules its steps are recorded by.
+    #[serde(default, skip_serializing_if = "Rules::is_first")]
+    rules: Rules,
     outcome: Option<RunOutcome>,
     started_at: Option<DateTime<Utc>>,
     updated_at: Option<DateTime<Utc>>,
@@ -143,6 +146,11 @@ impl Run {
     /// Reruns and forks made from this run, oldest first.
     pub fn derived(&self) -> &[DerivedRun] {
         &self.derived
+    }
+
+    /// The rules its steps are recorded by (from its start).
+    pub fn rules(&self) -> Rules {
+        self.rules
     }
 
     /// Its priority and the concurrency slots it needs.
@@ -463,12 +471,14 @@ impl Run {
                 parent,
                 origin,
                 flow,
+                rules,
                 at,
             } => {
                 *self = Run {
                     run_id: Some(run_id),
                     origin,
                     flow,
+                    rules,
                     status: Some(RunStatus::Running),
                     workflow: Some(workflow),
                     workflow_version,
@@ -615,9 +625,10 @@ impl Run {
                 at,
             } => {
                 let attempt = self.steps.get(&step_id).map_or(1, StepState::attempt);
-                if let Some(record) = self.current_attempt_mut(&step_id, at)
-                    && record.outcome.is_none()
-                {
+                // A step skipped without a schedule (rules 2) gets its attempt's
+                // record here.
+                let record = self.attempt_mut(&step_id, attempt, at);
+                if record.outcome.is_none() {
                     record.ended_at = Some(at);
                     record.outcome = Some(AttemptOutcome::Skipped);
                 }

@@ -215,3 +215,48 @@ impl Flow {
         self == &Flow::default()
     }
 }
+
+/// The version of the rules a run was started under: how its steps are recorded.
+///
+/// A run replays by deciding its events again, so a change to what the engine
+/// decides for a history already in the log is recorded on each run that follows it
+/// (in `run.started`) and never applied to runs started before it.
+///
+/// - 1: every step is scheduled (`run.step_scheduled`) before it starts.
+/// - 2: a step the engine starts in the tick that reaches it is started directly
+///   (`run.step_started` for attempt 1 with no schedule before it); one skipped
+///   there is skipped directly. A step is still scheduled when it cannot start at
+///   once (its run over budget: it waits for the budget's gate). Two events per
+///   performed step instead of three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Rules(pub u32);
+
+impl Rules {
+    /// What a run recorded before rules had versions has.
+    pub const FIRST: Rules = Rules(1);
+    /// What a run started by this build records.
+    pub const CURRENT: Rules = Rules(2);
+
+    /// Whether every step is scheduled before it starts (rules 1).
+    pub fn schedules_every_step(self) -> bool {
+        self < Rules(2)
+    }
+
+    pub fn is_first(&self) -> bool {
+        *self == Self::FIRST
+    }
+}
+
+impl Default for Rules {
+    /// A run whose start carries no rules was recorded before they had versions.
+    fn default() -> Self {
+        Self::FIRST
+    }
+}
+
+impl fmt::Display for Rules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

@@ -61,11 +61,13 @@ impl<'a> Walker<'a> {
         for step in steps {
             let id = step_id(step);
             if self.state.step(&id).is_none() {
-                self.decide(RunCommand::ScheduleStep {
-                    step_id: id.clone(),
-                    due_at: self.now,
-                    at: self.now,
-                })?;
+                if self.state.rules().schedules_every_step() {
+                    self.decide(RunCommand::ScheduleStep {
+                        step_id: id.clone(),
+                        due_at: self.now,
+                        at: self.now,
+                    })?;
+                }
                 self.skip(&id, "its branch was not taken")?;
             }
             self.skip_unscheduled(&step.children())?;

@@ -67,6 +67,13 @@ impl<'a> Walker<'a> {
         }
     }
 
+    /// Whether a step the walk reaches for the first time starts (or is skipped) at
+    /// once, unscheduled: under rules 2, unless the run is over its budget (then it is
+    /// scheduled and waits for the budget's gate, as every step does under rules 1).
+    pub(super) fn starts_unscheduled(&self) -> bool {
+        !self.state.rules().schedules_every_step() && self.state.budget_exceeded_at().is_none()
+    }
+
     /// Before a step starts over budget: open the budget gate (once) and wait for it;
     /// once approved, the run goes on.
     pub(super) fn budget_hold(&mut self, id: &StepId) -> Result<bool, EngineError> {

@@ -35,6 +35,10 @@ impl<'a> Walker<'a> {
                 {
                     return Ok(Progress::Blocked);
                 }
+                None if self.starts_unscheduled() => {
+                    self.begin(step, 1, prev)?;
+                    true
+                }
                 None => {
                     self.decide(RunCommand::ScheduleStep {
                         step_id: id.clone(),

@@ -158,7 +158,41 @@ pub(super) fn started_with(
         parent,
         origin: None,
         flow: Flow::default(),
+        rules: Rules::FIRST,
         at,
+    }
+}
+/// A `run.started` event under `rules` (the paths are recorded under the first
+/// rules, every step scheduled before it starts; a start command records the current
+/// ones).
+pub(super) fn under(rules: Rules, event: RunEvent) -> RunEvent {
+    match event {
+        RunEvent::Started {
+            run_id,
+            workflow,
+            workflow_version,
+            inputs,
+            budget_usd,
+            timeout_at,
+            parent,
+            origin,
+            flow,
+            at,
+            ..
+        } => RunEvent::Started {
+            run_id,
+            workflow,
+            workflow_version,
+            inputs,
+            budget_usd,
+            timeout_at,
+            parent,
+            origin,
+            flow,
+            rules,
+            at,
+        },
+        other => other,
     }
 }
 /// The concurrency scope the queued fixtures wait on.
@@ -203,6 +237,7 @@ pub(super) fn started_queued(at: DateTime<Utc>) -> RunEvent {
             parent,
             origin,
             flow: limited(),
+            rules: Rules::FIRST,
             at,
         },
         other => other,
@@ -487,7 +522,7 @@ pub(super) fn derived(by: &str, at: DateTime<Utc>) -> RunEvent {
 
 // ---- commands (one helper per command) ---------------------------------------------
 
-/// Yields `started(at)`.
+/// Yields `under(Rules::CURRENT, started(at))`.
 pub(super) fn start(at: DateTime<Utc>) -> RunCommand {
     start_with("3", Some(BUDGET), Some(t(RUN_DEADLINE)), None, at)
 }

@@ -86,7 +86,12 @@ fn status_rows() -> Vec<StatusRow> {
     let deploy_scheduled =
         |expected| attempt_not_in(deploy(), 1, expected, situation(StepPhase::Scheduled, 1));
     vec![
-        status_row("start", start(now), &[], vec![started(now)]),
+        status_row(
+            "start",
+            start(now),
+            &[],
+            vec![under(Rules::CURRENT, started(now))],
+        ),
         status_row(
             "schedule a step",
             schedule(notify(), now, now),

@@ -709,7 +709,7 @@ async fn cqrs_es_drives_decide_through_handle() {
     assert_eq!(
         sink.collect().await,
         vec![
-            started(t(0)),
+            under(Rules::CURRENT, started(t(0))),
             step_scheduled(deploy(), t(1), t(1)),
             step_started(deploy(), 1, "deploy-1", None, t(2)),
             step_succeeded(deploy(), 1, Some(11.0), None, t(3)),

@@ -14,25 +14,34 @@ fn starting_a_run() {
             "start a run with a budget and a deadline",
             vec![],
             start(now),
-            Ok(vec![started(now)]),
+            Ok(vec![under(Rules::CURRENT, started(now))]),
         ),
         case(
             "start a sub-workflow run without budget or deadline",
             vec![],
             start_with("3", None, None, Some(parent()), now),
-            Ok(vec![started_with(None, None, Some(parent()), now)]),
+            Ok(vec![under(
+                Rules::CURRENT,
+                started_with(None, None, Some(parent()), now),
+            )]),
         ),
         case(
             "a budget of zero is a budget",
             vec![],
             start_with("3", Some(0.0), None, None, now),
-            Ok(vec![started_with(Some(0.0), None, None, now)]),
+            Ok(vec![under(
+                Rules::CURRENT,
+                started_with(Some(0.0), None, None, now),
+            )]),
         ),
         case(
             "a deadline one second ahead",
             vec![],
             start_with("3", None, Some(t(LATE + 1)), None, now),
-            Ok(vec![started_with(None, Some(t(LATE + 1)), None, now)]),
+            Ok(vec![under(
+                Rules::CURRENT,
+                started_with(None, Some(t(LATE + 1)), None, now),
+            )]),
         ),
     ]);
 }
@@ -950,4 +959,116 @@ fn a_throttled_attempt_waits_for_its_token_and_starts_again() {
         None,
         "started again: nothing holds it"
     );
+}
+
+/// Under rules 2 a step's first attempt starts (or is skipped) without being
+/// scheduled first; under rules 1 the same commands find no such step. Scheduled
+/// steps keep their rules either way.
+#[test]
+fn steps_start_unscheduled_under_the_second_rules() {
+    let now = t(LATE);
+    let second = |events: Vec<RunEvent>| -> Vec<RunEvent> {
+        events.into_iter().map(|e| under(Rules(2), e)).collect()
+    };
+    check(vec![
+        case(
+            "start the first attempt of a step never scheduled",
+            second(path(Running)),
+            start_step(notify(), 1, "notify-1", Some(t(160)), now),
+            Ok(vec![step_started(
+                notify(),
+                1,
+                "notify-1",
+                Some(t(160)),
+                now,
+            )]),
+        ),
+        case(
+            "a later attempt of a step never scheduled is unknown",
+            second(path(Running)),
+            start_step(notify(), 2, "notify-2", None, now),
+            Err(unknown_step(notify(), RunAction::StartStep)),
+        ),
+        case(
+            "an unscheduled start still needs its idempotency key",
+            second(path(Running)),
+            start_step(notify(), 1, " ", None, now),
+            Err(empty(RunAction::StartStep, "idempotency key")),
+        ),
+        case(
+            "skip a step never scheduled",
+            second(path(Waiting)),
+            skip(notify(), "`if` is false", now),
+            Ok(vec![step_skipped(notify(), "`if` is false", now)]),
+        ),
+        case(
+            "a step may still be scheduled (over budget, it waits for the gate)",
+            second(path(Running)),
+            schedule(notify(), now, now),
+            Ok(vec![step_scheduled(notify(), now, now)]),
+        ),
+        case(
+            "a scheduled step still waits for its due time",
+            second(path(Running)),
+            start_step(verify(), 1, "verify-1", None, t(VERIFY_DUE - 1)),
+            Err(RunError::NotDue {
+                run: run_id(),
+                step: verify(),
+                attempt: 1,
+                due_at: t(VERIFY_DUE),
+                at: t(VERIFY_DUE - 1),
+            }),
+        ),
+        case(
+            "under the first rules a step never scheduled is unknown",
+            path(Running),
+            start_step(notify(), 1, "notify-1", None, now),
+            Err(unknown_step(notify(), RunAction::StartStep)),
+        ),
+        case(
+            "and cannot be skipped",
+            path(Running),
+            skip(notify(), "`if` is false", now),
+            Err(unknown_step(notify(), RunAction::SkipStep)),
+        ),
+        case(
+            "nor start unscheduled in a queued run",
+            second(path(Queued)),
+            start_step(notify(), 1, "notify-1", None, now),
+            Err(invalid_status(
+                Queued,
+                RunAction::StartStep,
+                &[Running, Waiting, Paused],
+            )),
+        ),
+    ]);
+}
+
+/// A step started or skipped unscheduled has its attempt on the timeline all the
+/// same, queued when it started.
+#[test]
+fn an_unscheduled_step_has_its_attempt_recorded() {
+    let base = |more: Vec<RunEvent>| {
+        let mut events = vec![under(Rules(2), started(t(0)))];
+        events.extend(more);
+        fold(events)
+    };
+    let run: Run = base(vec![step_started(build(), 1, "build-1", None, t(3))]);
+    let attempts = run.attempts(&build());
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].scheduled_at, t(3));
+    assert_eq!(attempts[0].started_at, Some(t(3)));
+    assert!(matches!(
+        run.step(&build()),
+        Some(StepState::Running { attempt: 1, .. })
+    ));
+    let run: Run = base(vec![step_skipped(build(), "`if` is false", t(4))]);
+    let attempts = run.attempts(&build());
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].outcome, Some(AttemptOutcome::Skipped));
+    assert_eq!(attempts[0].ended_at, Some(t(4)));
+    assert!(matches!(
+        run.step(&build()),
+        Some(StepState::Skipped { attempt: 1, .. })
+    ));
 }

@@ -14,6 +14,7 @@ use crate::domain::testing::assert_wire_format;
 fn every_event() -> Vec<RunEvent> {
     vec![
         started(t(0)),
+        under(Rules::CURRENT, started(t(0))),
         started_with(None, None, Some(parent()), t(0)),
         step_scheduled(build(), t(2), t(1)),
         step_started(build(), 1, "build-1", Some(t(60)), t(2)),
@@ -180,6 +181,26 @@ fn a_started_payload_reads_as_documented() {
     }}))
     .unwrap();
     assert_eq!(sub_run, started_with(None, None, Some(parent()), t(0)));
+}
+
+/// A start recorded before rules had versions carries none and reads as the first
+/// rules; a later one names its rules, and a continuation's state keeps them.
+#[test]
+fn a_runs_rules_are_recorded_on_its_start_and_default_to_the_first() {
+    let current = serde_json::to_value(under(Rules::CURRENT, started(t(0)))).unwrap();
+    assert_eq!(current["run.started"]["rules"], json!(2));
+    let first = serde_json::to_value(started(t(0))).unwrap();
+    assert!(first["run.started"].get("rules").is_none(), "{first}");
+    let run: Run = fold(vec![under(Rules(2), started(t(0)))]);
+    assert_eq!(run.rules(), Rules(2));
+    let carried: Run = serde_json::from_value(serde_json::to_value(&run).unwrap()).unwrap();
+    assert_eq!(carried.rules(), Rules(2));
+    let before: Run = fold(vec![started(t(0))]);
+    assert_eq!(before.rules(), Rules::FIRST);
+    let state = serde_json::to_value(&before).unwrap();
+    assert!(state.get("rules").is_none(), "{state}");
+    let carried: Run = serde_json::from_value(state).unwrap();
+    assert_eq!(carried.rules(), Rules::FIRST);
 }
 
 /// Literal payloads, as a store row holds them, and the events they are.
