@@ -339,6 +339,12 @@ impl EventStore {
                 .or_default()
                 .push(event);
         }
+        // The backends return each stream's events in no set order (sorting rows
+        // in the database cost Postgres more than reading them): by version here,
+        // which for rows that came in order is one pass.
+        for events in by_stream.values_mut() {
+            events.sort_by_key(|e| e.version);
+        }
         Ok(by_stream)
     }
 

@@ -184,7 +184,13 @@ impl PgBackend {
         // continuation (one probe of the partial index, whose predicate is the
         // literal here, so a generic plan can use it) or its start. The loop form
         // keeps the planner from reading every stream of the kind for a few ids the
-        // way `stream_id = ANY(ids)` did with stale statistics.
+        // way `stream_id = ANY(ids)` did with stale statistics; `OFFSET 0` keeps
+        // it from flattening the loop into a hash join over every event of the
+        // kind, which it did for a new run partition without statistics
+        // (auto_explain: 30,192 rows read for 57 runs, 64 ms a claim). No ORDER BY:
+        // sorting the rows by stream took Postgres longer than reading them (97 to
+        // 27 ms for 1,250 runs of 20 events); `EventStore::read_streams` orders
+        // each stream's events.
         let sql = const_format(
             "SELECT {COLUMNS} FROM (SELECT DISTINCT unnest($2::text[]) AS id) AS s \
              CROSS JOIN LATERAL ( \
@@ -194,8 +200,8 @@ impl PgBackend {
                   AND e.version >= COALESCE((SELECT max(c.version) FROM events c \
                         WHERE c.stream_type = $1 AND c.stream_id = s.id \
                           AND c.part >= awl_part_floor($1) AND c.part < awl_part_ceiling($1) \
-                          AND c.event_type = '{CONTINUED}'), 0)) AS e \
-             ORDER BY stream_id, version",
+                          AND c.event_type = '{CONTINUED}'), 0) \
+                OFFSET 0) AS e",
         )
         // A constant of awl's, not a value from outside (and holds no quote).
         .replace("{CONTINUED}", crate::log::CONTINUED_EVENT_TYPE);
