@@ -4,7 +4,8 @@
 //! from what it records, so the stream must say everything the executor needs to
 //! continue after a crash. That is why a step's life is spelled out attempt by attempt
 //! (scheduled, started, succeeded or failed, retried or skipped, and the recovery the
-//! error handler chose), why a completed step's output is kept (completed steps are
+//! error handler chose; under [`Rules`] 2 a first attempt started or skipped as soon
+//! as it is reached is not scheduled first), why a completed step's output is kept (completed steps are
 //! never re-executed: their recorded output is used), and why an attempt started
 //! without an outcome may be started again only with the same idempotency key
 //! (at-least-once execution). Gates, costs against the budget, the saga of
