@@ -82,6 +82,7 @@ pub fn timeline_json(run: &Run) -> Value {
     j["queued"] = serde_json::to_value(run.queued_on()).unwrap_or(Value::Null);
     j["admitted_at"] = serde_json::to_value(run.admitted_at()).unwrap_or(Value::Null);
     j["waiting_for"] = run.waiting_reason().map_or(Value::Null, Value::String);
+    j["rules"] = run.rules().0.into();
     j
 }
 

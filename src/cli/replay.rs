@@ -127,8 +127,9 @@ pub async fn replay(store: EventStore, args: ReplayArgs) -> anyhow::Result<()> {
     } else {
         print_timeline(&replay.run);
         eprintln!(
-            "replayed {} events: read in {read_ms:.2} ms, folded in {fold_ms:.3} ms",
-            replay.version
+            "replayed {} events (rules {}): read in {read_ms:.2} ms, folded in {fold_ms:.3} ms",
+            replay.version,
+            replay.run.rules()
         );
         match &replay.verified {
             Ok(v) => eprintln!("{}", same(v)),

@@ -148,6 +148,10 @@ impl Sandbox {
             "run {run_id} does not replay to the same decisions: {:#}",
             replay["replay"]
         );
+        assert_eq!(
+            replay["rules"], 2,
+            "a run started by this build records the current rules"
+        );
     }
 
     /// Keep a finished run as a golden history: export it, replay the file (as CI
