@@ -324,8 +324,9 @@ fn a_run_under_the_first_rules_schedules_every_step_before_it_starts() {
     assert_eq!(divergence.step, Some(sid("a")));
 }
 
-/// Under the current rules a ten-step run of performed steps is two events a step,
-/// and a step held back by a spent budget is still scheduled (it waits for its gate).
+/// Under the current rules a run of performed steps is two events a step (a step
+/// held back by a spent budget is still scheduled: see the budget escalation's
+/// scenario), each attempt queued when it started.
 #[test]
 fn a_run_under_the_current_rules_records_two_events_a_step() {
     let mut sim = Sim::start(THREE, json!({"who": "ada"}));

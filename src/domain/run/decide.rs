@@ -120,59 +120,52 @@ impl Decide for Run {
                 at,
             } => {
                 check.status_in(ACTIVE)?;
+                // A first attempt under rules 2 may start with no schedule; every
+                // other start follows its schedule (or restarts its attempt).
                 if self.starts_unscheduled(&step_id, attempt) {
                     check.not_empty("idempotency key", &idempotency_key)?;
-                    check.after("timeout_at", timeout_at, at)?;
-                    return Ok(vec![RunEvent::StepStarted {
-                        step_id,
-                        attempt,
-                        idempotency_key,
-                        timeout_at,
-                        call,
-                        at,
-                    }]);
-                }
-                let state = check.step(&step_id)?;
-                match state {
-                    StepState::Scheduled {
-                        attempt: current,
-                        due_at,
-                        ..
-                    } if *current == attempt => {
-                        check.not_empty("idempotency key", &idempotency_key)?;
-                        if at < *due_at {
-                            return Err(RunError::NotDue {
-                                run,
-                                step: step_id,
-                                attempt,
-                                due_at: *due_at,
-                                at,
-                            });
+                } else {
+                    match check.step(&step_id)? {
+                        StepState::Scheduled {
+                            attempt: current,
+                            due_at,
+                            ..
+                        } if *current == attempt => {
+                            check.not_empty("idempotency key", &idempotency_key)?;
+                            if at < *due_at {
+                                return Err(RunError::NotDue {
+                                    run,
+                                    step: step_id,
+                                    attempt,
+                                    due_at: *due_at,
+                                    at,
+                                });
+                            }
                         }
-                    }
-                    StepState::Running {
-                        attempt: current,
-                        idempotency_key: recorded,
-                        ..
-                    } if *current == attempt => {
-                        check.not_empty("idempotency key", &idempotency_key)?;
-                        if recorded != &idempotency_key {
-                            return Err(RunError::IdempotencyKeyMismatch {
-                                run,
-                                step: step_id,
-                                attempt,
-                                recorded: recorded.clone(),
-                                given: idempotency_key,
-                            });
+                        StepState::Running {
+                            attempt: current,
+                            idempotency_key: recorded,
+                            ..
+                        } if *current == attempt => {
+                            check.not_empty("idempotency key", &idempotency_key)?;
+                            if recorded != &idempotency_key {
+                                return Err(RunError::IdempotencyKeyMismatch {
+                                    run,
+                                    step: step_id,
+                                    attempt,
+                                    recorded: recorded.clone(),
+                                    given: idempotency_key,
+                                });
+                            }
                         }
-                    }
-                    other => {
-                        return Err(check.attempt_not_in(
-                            &step_id,
-                            attempt,
-                            StepPhase::Scheduled,
-                            other,
-                        ));
+                        other => {
+                            return Err(check.attempt_not_in(
+                                &step_id,
+                                attempt,
+                                StepPhase::Scheduled,
+                                other,
+                            ));
+                        }
                     }
                 }
                 check.after("timeout_at", timeout_at, at)?;

@@ -165,35 +165,11 @@ pub(super) fn started_with(
 /// A `run.started` event under `rules` (the paths are recorded under the first
 /// rules, every step scheduled before it starts; a start command records the current
 /// ones).
-pub(super) fn under(rules: Rules, event: RunEvent) -> RunEvent {
-    match event {
-        RunEvent::Started {
-            run_id,
-            workflow,
-            workflow_version,
-            inputs,
-            budget_usd,
-            timeout_at,
-            parent,
-            origin,
-            flow,
-            at,
-            ..
-        } => RunEvent::Started {
-            run_id,
-            workflow,
-            workflow_version,
-            inputs,
-            budget_usd,
-            timeout_at,
-            parent,
-            origin,
-            flow,
-            rules,
-            at,
-        },
-        other => other,
+pub(super) fn under(rules: Rules, mut event: RunEvent) -> RunEvent {
+    if let RunEvent::Started { rules: r, .. } = &mut event {
+        *r = rules;
     }
+    event
 }
 /// The concurrency scope the queued fixtures wait on.
 pub(super) const SCOPE: &str = "workflow:deploy";
@@ -215,33 +191,11 @@ pub(super) fn limited() -> Flow {
 }
 /// `started(at)` with the slots of `limited()` to take: QUEUED.
 pub(super) fn started_queued(at: DateTime<Utc>) -> RunEvent {
-    match started(at) {
-        RunEvent::Started {
-            run_id,
-            workflow,
-            workflow_version,
-            inputs,
-            budget_usd,
-            timeout_at,
-            parent,
-            origin,
-            at,
-            ..
-        } => RunEvent::Started {
-            run_id,
-            workflow,
-            workflow_version,
-            inputs,
-            budget_usd,
-            timeout_at,
-            parent,
-            origin,
-            flow: limited(),
-            rules: Rules::FIRST,
-            at,
-        },
-        other => other,
+    let mut event = started(at);
+    if let RunEvent::Started { flow, .. } = &mut event {
+        *flow = limited();
     }
+    event
 }
 pub(super) fn queued(scope: &str, at: DateTime<Utc>) -> RunEvent {
     RunEvent::Queued {

@@ -996,6 +996,12 @@ fn steps_start_unscheduled_under_the_second_rules() {
             Err(empty(RunAction::StartStep, "idempotency key")),
         ),
         case(
+            "an unscheduled start's timeout must come after it",
+            second(path(Running)),
+            start_step(notify(), 1, "notify-1", Some(now), now),
+            Err(not_after(RunAction::StartStep, "timeout_at", now, now)),
+        ),
+        case(
             "skip a step never scheduled",
             second(path(Waiting)),
             skip(notify(), "`if` is false", now),
