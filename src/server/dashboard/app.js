@@ -103,10 +103,14 @@ async function loadBoard() {
   }).join("");
 }
 
+// The runs list as last drawn: a refresh that draws the same rows leaves the table as
+// it is, so a click on a row is never lost to its row being replaced under the pointer.
+let drawnRuns = null;
+
 async function loadRuns() {
   const filter = $("run-status").value;
   const page = await api("/api/v1/views/runs?limit=200" + (filter ? "&status=" + filter : ""));
-  $("run-rows").innerHTML = page.rows.map((r) => `
+  const html = page.rows.map((r) => `
     <tr class="click" data-run="${esc(r.run_id)}">
       <td><input type="checkbox" class="pick" ${picked.has(r.run_id) ? "checked" : ""}></td>
       <td><code>${esc(r.run_id.slice(0, 8))}</code></td>
@@ -117,20 +121,27 @@ async function loadRuns() {
       <td>${ms(r.duration_ms)}</td>
       <td>${r.cost_usd ? "$" + r.cost_usd.toFixed(4) : ""}</td>
     </tr>`).join("") || `<tr><td colspan="7" class="empty">no runs yet</td></tr>`;
-  for (const row of document.querySelectorAll("#run-rows tr.click")) {
-    row.addEventListener("click", (event) => {
-      if (event.target.classList.contains("pick")) return;
-      openRun = row.dataset.run;
-      loadTimeline();
-    });
-    row.querySelector(".pick").addEventListener("change", (event) => {
-      if (event.target.checked) picked.add(row.dataset.run); else picked.delete(row.dataset.run);
-      showPicked();
-    });
+  if (html !== drawnRuns) {
+    $("run-rows").innerHTML = html;
+    drawnRuns = html;
   }
   showPicked();
   if (openRun) await loadTimeline();
 }
+
+// Rows are redrawn as runs change, so their clicks are handled once, on the table body.
+$("run-rows").addEventListener("click", (event) => {
+  const row = event.target.closest("tr[data-run]");
+  if (!row || event.target.classList.contains("pick")) return;
+  openRun = row.dataset.run;
+  loadTimeline().catch((e) => { if (e instanceof NeedToken) askToken(); else console.error(e); });
+});
+$("run-rows").addEventListener("change", (event) => {
+  const row = event.target.closest("tr[data-run]");
+  if (!row || !event.target.classList.contains("pick")) return;
+  if (event.target.checked) picked.add(row.dataset.run); else picked.delete(row.dataset.run);
+  showPicked();
+});
 
 async function loadTimeline() {
   const t = await api(`/api/v1/views/runs/${encodeURIComponent(openRun)}/timeline`);
