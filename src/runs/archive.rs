@@ -13,15 +13,23 @@
 //! run whose partition's period is not over yet for its partition to take along, so
 //! that in steady state retention moves partitions, not rows. A run so leaves the hot
 //! log at most one period (30 days by default) after it passes the age.
+//!
+//! Retention on Postgres takes its row-by-row runs from the summaries of the past
+//! periods' partitions, so what it reads grows with the hot log, not with every run
+//! ever archived. Otherwise (`awl archive`, and retention on SQLite) the finished
+//! runs' ids are read from the runs view a page at a time by id and kept to those
+//! the hot log still holds: a run archived long ago costs an id and an index probe,
+//! not a read of its state, and no number of them hides the runs behind.
 
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
 use crate::domain::ids::RunId;
-use crate::domain::run::{FINISHED_EVENT_TYPES, RunStatus};
+use crate::domain::run::FINISHED_EVENT_TYPES;
 use crate::domain::task::TaskStatus;
 use crate::log::StreamType;
-use crate::projections::queries::{self, BoardFilter, RunFilter};
+use crate::projections::Projections;
+use crate::projections::queries::{self, BoardFilter};
 
 use super::{Runs, RunsError};
 
@@ -37,10 +45,13 @@ pub struct Retention {
 /// Runs moved per transaction.
 const BATCH: usize = 500;
 
+/// Finished runs read from the runs view per query.
+const PAGE: usize = 5_000;
+
 /// What an archive pass found, and moved unless it was a dry run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ArchivePass {
-    /// Finished runs that ended before the cutoff.
+    /// Finished runs that ended before the cutoff and were still in the hot log.
     pub selected: Vec<RunId>,
     /// Runs moved (the run holding the log's head waits for the next pass).
     pub runs: usize,
@@ -57,8 +68,9 @@ pub struct ArchivePass {
 enum RowMoves {
     /// Every run that finished before the cutoff.
     All,
-    /// Only the runs whose partition's period was over by the cutoff (the partition
-    /// held an unfinished run): the others leave with their partition.
+    /// Only the finished runs of partitions whose period was over by the cutoff but
+    /// that could not move whole (they held an unfinished run): the others leave
+    /// with their partition. Without partitions (SQLite), every finished run.
     OnlyFromPastPeriods,
 }
 
@@ -99,62 +111,81 @@ impl Runs {
         dry_run: bool,
         row_moves: RowMoves,
     ) -> Result<ArchivePass, RunsError> {
-        let filter = RunFilter {
-            statuses: [
-                RunStatus::Succeeded,
-                RunStatus::Failed,
-                RunStatus::Cancelled,
-            ]
-            .iter()
-            .map(|s| s.as_str().to_string())
-            .collect(),
-            workflow: None,
-            since: None,
-            until: Some(cutoff),
-            after: None,
-            limit: 100_000,
-        };
-        let selected: Vec<RunId> = self
-            .list(&filter)
-            .await?
-            .into_iter()
-            .filter(|run| run.updated_at().is_some_and(|at| at < cutoff))
-            .filter_map(|run| run.id())
-            .collect();
-        let mut pass = ArchivePass {
-            selected,
-            ..ArchivePass::default()
-        };
         if dry_run {
-            return Ok(pass);
+            return Ok(ArchivePass {
+                selected: self.finished_hot_runs(cutoff).await?,
+                ..ArchivePass::default()
+            });
         }
         let whole = self
             .store
             .archive_run_partitions(cutoff, self.now(), &FINISHED_EVENT_TYPES)
             .await?;
-        pass.runs += whole.runs.len();
-        pass.events += whole.events;
-        pass.partitions = whole.partitions;
+        let mut pass = ArchivePass {
+            runs: whole.runs.len(),
+            events: whole.events,
+            partitions: whole.partitions,
+            ..ArchivePass::default()
+        };
         for batch in whole.runs.chunks(BATCH) {
             self.move_finished_tasks(batch, &mut pass).await?;
         }
-        let selected = std::mem::take(&mut pass.selected);
-        for batch in selected.chunks(BATCH) {
-            let mut ids: Vec<String> = batch.iter().map(RunId::to_string).collect();
-            if row_moves == RowMoves::OnlyFromPastPeriods {
-                let ends = self.store.run_period_ends(&ids).await?;
-                ids.retain(|id| ends.get(id).is_none_or(|end| *end <= cutoff));
-            }
+        // What is left to move row by row. Retention on Postgres knows it without
+        // reading the runs view: the finished runs of the past periods' partitions
+        // that could not leave whole. Otherwise every finished run still hot.
+        let rows: Vec<String> = match row_moves {
+            RowMoves::OnlyFromPastPeriods if self.store.has_partitions() => whole.left,
+            _ => self
+                .finished_hot_runs(cutoff)
+                .await?
+                .iter()
+                .map(RunId::to_string)
+                .collect(),
+        };
+        for batch in rows.chunks(BATCH) {
             let moved = self
                 .store
-                .archive_streams(StreamType::Run, &ids, self.now())
+                .archive_streams(StreamType::Run, batch, self.now())
                 .await?;
             pass.runs += moved.streams.len();
             pass.events += moved.events;
             self.move_finished_tasks(&moved.streams, &mut pass).await?;
         }
-        pass.selected = selected;
+        pass.selected = whole
+            .runs
+            .iter()
+            .chain(&rows)
+            .filter_map(|id| id.parse().ok())
+            .collect();
         Ok(pass)
+    }
+
+    /// The runs that finished before `cutoff` and are still in the hot log: the
+    /// runs view's finished runs, a page at a time by id (each row read once, only
+    /// its id), each page kept to the runs the hot log still holds. A pass so costs
+    /// a read of the finished runs' ids, not of their states, and never stops at
+    /// the runs archived before.
+    async fn finished_hot_runs(&self, cutoff: DateTime<Utc>) -> Result<Vec<RunId>, RunsError> {
+        let projections = Projections::new(self.store.clone());
+        projections.prepare().await?;
+        projections.catch_up_all().await?;
+        let mut hot = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page =
+                queries::finished_run_ids(&self.store, cutoff, after.as_deref(), PAGE).await?;
+            let Some(last) = page.last().cloned() else {
+                break;
+            };
+            let mut still = self.store.hot_streams(StreamType::Run, &page).await?;
+            still.sort();
+            hot.extend(still.iter().filter_map(|id| id.parse::<RunId>().ok()));
+            if page.len() < PAGE {
+                break;
+            }
+            after = Some(last);
+        }
+        Ok(hot)
     }
 
     /// Move the finished tasks of the runs `runs` (just archived) after them.

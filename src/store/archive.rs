@@ -54,6 +54,19 @@ impl EventStore {
         })
     }
 
+    /// Which of the `kind` streams `ids` are still in the hot log (not archived,
+    /// and not unknown).
+    pub async fn hot_streams(
+        &self,
+        kind: StreamType,
+        ids: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.backend().hot_stream_ids(kind, ids).await
+    }
+
     /// Whether `stream` was moved into the archive.
     pub async fn is_archived(&self, stream: &StreamRef) -> Result<bool, StoreError> {
         let found = self

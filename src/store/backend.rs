@@ -79,6 +79,17 @@ impl Backend {
         }
     }
 
+    pub(crate) async fn hot_stream_ids(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        match self {
+            Backend::Postgres(b) => b.hot_stream_ids(kind, ids).await,
+            Backend::Sqlite(b) => b.hot_stream_ids(kind, ids).await,
+        }
+    }
+
     pub(crate) async fn stream_bytes(
         &self,
         stream: &StreamRef,

@@ -10,8 +10,6 @@
 //! The embedded SQLite store has no partitions: it lists none and moves none, and
 //! its archive moves rows.
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
@@ -37,6 +35,20 @@ pub struct PartitionsArchived {
     pub runs: Vec<String>,
     /// Their events.
     pub events: u64,
+    /// The runs that finished before the cutoff in the partitions whose period is
+    /// over but that stayed (they hold an unfinished run, or their runs began to
+    /// move row by row): retention moves these row by row.
+    pub left: Vec<String>,
+}
+
+/// How one partition's move ended.
+enum Move {
+    Moved,
+    /// `awl_archive_run_partition` declined: the partition is not as it was looked
+    /// at, or cannot move whole.
+    Refused,
+    /// The hot log's lock was not granted in time.
+    Busy,
 }
 
 /// How long the move of one partition waits for the hot log's lock before it gives
@@ -49,6 +61,11 @@ fn epoch(seconds: i64) -> DateTime<Utc> {
 }
 
 impl EventStore {
+    /// Whether the log is partitioned (Postgres; the embedded store is not).
+    pub fn has_partitions(&self) -> bool {
+        matches!(self.backend(), Backend::Postgres(_))
+    }
+
     /// The hot log's run partitions, oldest first (none on SQLite).
     pub async fn run_partitions(&self) -> Result<Vec<RunPartition>, StoreError> {
         let Backend::Postgres(b) = self.backend() else {
@@ -76,41 +93,6 @@ impl EventStore {
             .collect()
     }
 
-    /// When the periods of the run partitions holding the runs `ids` end: a run
-    /// whose partition's period is not over by the cutoff leaves with its whole
-    /// partition later. Runs in no run partition (any run on SQLite) are absent.
-    pub async fn run_period_ends(
-        &self,
-        ids: &[String],
-    ) -> Result<HashMap<String, DateTime<Utc>>, StoreError> {
-        let Backend::Postgres(b) = self.backend() else {
-            return Ok(HashMap::new());
-        };
-        if ids.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let rows = sqlx::query(
-            "SELECT s.stream_id, s.part + p.run_period AS period_end \
-               FROM (SELECT DISTINCT ON (stream_id) stream_id, part FROM events \
-                      WHERE stream_type = 'run' AND stream_id = ANY($1) AND part <> 0 \
-                      ORDER BY stream_id, version) AS s \
-              CROSS JOIN event_partitioning p",
-        )
-        .bind(ids)
-        .fetch_all(b.pool())
-        .await
-        .map_err(StoreError::db("reading the runs' partitions"))?;
-        rows.iter()
-            .map(|row| {
-                let id: String = row.try_get("stream_id").map_err(StoreError::db("a run"))?;
-                let end: i64 = row
-                    .try_get("period_end")
-                    .map_err(StoreError::db("a run's period"))?;
-                Ok((id, epoch(end)))
-            })
-            .collect()
-    }
-
     /// Move into the archive, whole, every hot run partition whose period ended by
     /// `cutoff` and whose runs all finished before it (`finished_types`: the event
     /// types that end a run), and drop the emptied ones. A partition whose move
@@ -126,10 +108,16 @@ impl EventStore {
         let Backend::Postgres(b) = self.backend() else {
             return Ok(done);
         };
+        // The database's clock decides when a period is over (it stamps the events
+        // and `awl_archive_run_partition` checks it), whatever the caller's says.
+        let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+            .fetch_one(b.pool())
+            .await
+            .map_err(StoreError::db("reading the database's clock"))?;
         for partition in self.run_partitions().await? {
             // Only a period that is over (runs may still start in the current one),
             // even for a cutoff in the future.
-            if partition.end > cutoff.min(now) {
+            if partition.end > cutoff.min(now).min(db_now) {
                 break;
             }
             let part = partition.start.timestamp();
@@ -149,36 +137,45 @@ impl EventStore {
             let unfinished: i64 = summary
                 .try_get("unfinished")
                 .map_err(StoreError::db("a partition's summary"))?;
-            if unfinished > 0 {
-                continue;
-            }
             let runs: Vec<String> = summary
                 .try_get("finished")
                 .map_err(StoreError::db("a partition's summary"))?;
+            if unfinished > 0 {
+                done.left.extend(runs);
+                continue;
+            }
             let events: i64 = summary
                 .try_get("events")
                 .map_err(StoreError::db("a partition's summary"))?;
             let last: Option<i64> = summary
                 .try_get("last")
                 .map_err(StoreError::db("a partition's summary"))?;
-            if self.move_partition(b.pool(), part, last, now).await? {
-                tracing::info!(partition = %partition.name, runs = runs.len(), events, "moved a run partition into the archive");
-                done.partitions.push(partition.name);
-                done.runs.extend(runs);
-                done.events += events.max(0) as u64;
+            match self.move_partition(b.pool(), part, last, now).await? {
+                Move::Moved => {
+                    tracing::info!(partition = %partition.name, runs = runs.len(), events, "moved a run partition into the archive");
+                    done.partitions.push(partition.name);
+                    done.runs.extend(runs);
+                    done.events += events.max(0) as u64;
+                }
+                // Its runs began to leave row by row (the archive has the period's
+                // partition already), it took an event since the look, or it holds
+                // the log's head: what finished goes row by row.
+                Move::Refused => done.left.extend(runs),
+                // The next pass tries the whole move again.
+                Move::Busy => {}
             }
         }
         Ok(done)
     }
 
-    /// One partition's move, in its own short transaction: whether it moved.
+    /// One partition's move, in its own short transaction.
     async fn move_partition(
         &self,
         pool: &sqlx::PgPool,
         part: i64,
         last: Option<i64>,
         now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Move, StoreError> {
         let mut tx = pool
             .begin()
             .await
@@ -200,7 +197,7 @@ impl EventStore {
                 tx.commit()
                     .await
                     .map_err(StoreError::db("committing a partition's move"))?;
-                Ok(moved)
+                Ok(if moved { Move::Moved } else { Move::Refused })
             }
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
                 tracing::info!(
@@ -210,7 +207,7 @@ impl EventStore {
                 tx.rollback()
                     .await
                     .map_err(StoreError::db("ending a partition's move"))?;
-                Ok(false)
+                Ok(Move::Busy)
             }
             Err(e) => Err(StoreError::db("moving a run partition into the archive")(e)),
         }

@@ -243,6 +243,28 @@ impl PgBackend {
             .collect()
     }
 
+    /// Which of the `kind` streams `ids` have events in the hot log (a stream moves
+    /// into the archive whole, so its first event tells). One index probe each; the
+    /// parts a stream of `kind` can have spare the other partitions.
+    pub(crate) async fn hot_stream_ids(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        sqlx::query_scalar::<_, String>(
+            "SELECT stream_id FROM events WHERE stream_type = $1 AND stream_id = ANY($2) \
+               AND version = 1 AND part >= awl_part_floor($1) AND part < awl_part_ceiling($1)",
+        )
+        .bind(kind.as_str())
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db(format!(
+            "looking for {} {kind} streams in the hot log",
+            ids.len()
+        )))
+    }
+
     /// The size of a hot stream's payloads from `from_version` on, as JSON text.
     pub(crate) async fn stream_bytes(
         &self,

@@ -200,6 +200,27 @@ impl SqliteBackend {
             .collect()
     }
 
+    /// Which of the `kind` streams `ids` have events in the hot log (a stream moves
+    /// into the archive whole, so its first event tells).
+    pub(crate) async fn hot_stream_ids(
+        &self,
+        kind: crate::log::StreamType,
+        ids: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        sqlx::query_scalar::<_, String>(
+            "SELECT stream_id FROM events WHERE stream_type = ?1 AND version = 1 \
+               AND stream_id IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(kind.as_str())
+        .bind(serde_json::Value::from(ids.to_vec()).to_string())
+        .fetch_all(&self.reader)
+        .await
+        .map_err(StoreError::db(format!(
+            "looking for {} {kind} streams in the hot log",
+            ids.len()
+        )))
+    }
+
     /// The size of a hot stream's payloads from `from_version` on, as JSON text.
     pub(crate) async fn stream_bytes(
         &self,

@@ -39,8 +39,8 @@ pub use models::{
     solves,
 };
 pub use runs::{
-    GateRow, InboxFilter, RunFilter, RunRow, StepRow, Timeline, gate_run, inbox, run_states, runs,
-    timeline,
+    GateRow, InboxFilter, RunFilter, RunRow, StepRow, Timeline, finished_run_ids, gate_run, inbox,
+    run_states, runs, timeline,
 };
 
 /// Why a query failed.

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::domain::ids::{GateId, RunId};
+use crate::domain::run::RunStatus;
 use crate::page::{Cursor, Page};
 use crate::store::EventStore;
 use crate::store::rows::Param;
@@ -133,6 +134,47 @@ pub async fn runs(store: &EventStore, f: &RunFilter) -> Result<Page<RunRow>, Que
     Ok(Page::cut(found, f.limit, |r| {
         Cursor::new(r.started_at.map(micros).unwrap_or(0), r.run_id.clone())
     }))
+}
+
+/// Up to `limit` runs that finished (succeeded, failed or were cancelled) before
+/// `before`, by id after `after`: what the archive pages through. Only ids, in the
+/// order of the table's key, so that a pass over every finished run reads each row
+/// once however many there are.
+pub async fn finished_run_ids(
+    store: &EventStore,
+    before: DateTime<Utc>,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<String>, QueryError> {
+    let mut w = Where::default();
+    let finished: Vec<String> = [
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ]
+    .iter()
+    .map(|s| s.as_str().to_string())
+    .collect();
+    w.any_of("status", &finished);
+    w.add("updated_at < ?", [Param::from(micros(before))]);
+    if let Some(after) = after {
+        w.add("run_id > ?", [Param::from(after.to_string())]);
+    }
+    let sql = format!(
+        "SELECT run_id FROM runs{} ORDER BY run_id LIMIT {}",
+        w.sql(),
+        limit.clamp(1, 100_000)
+    );
+    Ok(store
+        .query_rows(&sql, &w.params)
+        .await?
+        .into_iter()
+        .filter_map(|row| {
+            row.get("run_id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect())
 }
 
 /// Each run's folded state as the projection keeps it (JSON of the domain's `Run`),

@@ -230,9 +230,17 @@ pub async fn run_partitions_leave_whole_once_every_run_finished(backend: Backend
     );
     let r1 = t.store.read_stream(&run("r1")).await.expect("read r1");
 
-    // A cutoff before B's end moves nothing of B; A holds r2, unfinished.
+    // A cutoff before B's end moves nothing of B; A holds r2, unfinished: its
+    // finished run r1 is left for retention to move row by row.
     let moved = archive(partitions[0].end).await;
-    assert_eq!(moved, Default::default(), "A waits for r2");
+    assert_eq!(
+        moved,
+        awl::store::PartitionsArchived {
+            left: vec!["r1".to_string()],
+            ..Default::default()
+        },
+        "A waits for r2"
+    );
     // r2 finishes (in A, its partition): A and B both go, every run in them. (The
     // agent's event keeps the log's head out of them: the head never moves.)
     write(run("r2"), 1, &["run.cancelled"]).await;
@@ -305,8 +313,15 @@ pub async fn run_partitions_leave_whole_once_every_run_finished(backend: Backend
     write(run("r5"), 1, &["run.completed"]).await;
     write(agent.clone(), 4, &["test.happened"]).await;
     // C's archive partition exists (r4 went row by row): C is not attached over it,
-    // it is drained, and goes once empty.
-    assert_eq!(archive(chrono::Utc::now()).await, Default::default());
+    // it is drained (its finished run r5 is left to move row by row), and goes once
+    // empty.
+    assert_eq!(
+        archive(chrono::Utc::now()).await,
+        awl::store::PartitionsArchived {
+            left: vec!["r5".to_string()],
+            ..Default::default()
+        }
+    );
     t.store
         .archive_streams(StreamType::Run, &["r5".to_string()], chrono::Utc::now())
         .await
