@@ -28,7 +28,6 @@ use crate::domain::ids::RunId;
 use crate::domain::run::FINISHED_EVENT_TYPES;
 use crate::domain::task::TaskStatus;
 use crate::log::StreamType;
-use crate::projections::Projections;
 use crate::projections::queries::{self, BoardFilter};
 
 use super::{Runs, RunsError};
@@ -166,9 +165,7 @@ impl Runs {
     /// a read of the finished runs' ids, not of their states, and never stops at
     /// the runs archived before.
     async fn finished_hot_runs(&self, cutoff: DateTime<Utc>) -> Result<Vec<RunId>, RunsError> {
-        let projections = Projections::new(self.store.clone());
-        projections.prepare().await?;
-        projections.catch_up_all().await?;
+        self.catch_up_views().await?;
         let mut hot = Vec::new();
         let mut after: Option<String> = None;
         loop {

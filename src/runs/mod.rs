@@ -92,12 +92,19 @@ impl Runs {
         Ok((run, version))
     }
 
-    /// Runs, newest first, from the runs projection, brought up to date with the log
-    /// first (nothing to do when a server keeps it live).
-    pub async fn list(&self, filter: &RunFilter) -> Result<Vec<Run>, RunsError> {
+    /// Bring the read models up to date with the log (nothing to do when a server
+    /// keeps them live), before reading them.
+    pub(crate) async fn catch_up_views(&self) -> Result<(), RunsError> {
         let projections = Projections::new(self.store.clone());
         projections.prepare().await?;
         projections.catch_up_all().await?;
+        Ok(())
+    }
+
+    /// Runs, newest first, from the runs projection, brought up to date with the log
+    /// first (nothing to do when a server keeps it live).
+    pub async fn list(&self, filter: &RunFilter) -> Result<Vec<Run>, RunsError> {
+        self.catch_up_views().await?;
         queries::run_states(&self.store, filter)
             .await?
             .into_iter()

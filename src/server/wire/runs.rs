@@ -338,6 +338,8 @@ pub struct ArchiveRequest {
 pub struct ArchiveView {
     /// Runs that finished before this time were selected.
     pub finished_before: chrono::DateTime<chrono::Utc>,
+    /// Finished runs before that time still in the hot log when the pass began
+    /// (for a dry run: what a pass would move).
     pub selected: usize,
     /// Runs moved (0 for a dry run; the run holding the log's head waits for the next
     /// pass).
