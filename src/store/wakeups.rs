@@ -133,9 +133,12 @@ impl StoreTx {
             releases.iter().partition(|r| r.finished);
         match self.connection() {
             TxConnection::Postgres(c) => {
-                let ids: Vec<&str> = finished.iter().map(|r| r.run_id.as_str()).collect();
-                let epochs: Vec<i64> = finished.iter().map(|r| r.epoch).collect();
-                sqlx::query(
+                // Each statement only when it has rows: this runs under the append
+                // lock, so a statement with nothing to do still holds up every append.
+                if !finished.is_empty() {
+                    let ids: Vec<&str> = finished.iter().map(|r| r.run_id.as_str()).collect();
+                    let epochs: Vec<i64> = finished.iter().map(|r| r.epoch).collect();
+                    sqlx::query(
                     "DELETE FROM run_wakeups w USING unnest($1::text[], $3::int8[]) AS r(run_id, epoch) \
                       WHERE w.run_id = r.run_id AND w.lease_epoch = r.epoch AND w.lease_owner = $2",
                 )
@@ -147,6 +150,10 @@ impl StoreTx {
                     .map_err(StoreError::db(
                         "dropping finished runs from the wake-up queue",
                     ))?;
+                }
+                if open.is_empty() {
+                    return Ok(());
+                }
                 let ids: Vec<&str> = open.iter().map(|r| r.run_id.as_str()).collect();
                 let due: Vec<Option<DateTime<Utc>>> = open.iter().map(|r| r.due_at).collect();
                 let versions: Vec<i64> = open.iter().map(|r| r.version).collect();
