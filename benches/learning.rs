@@ -84,6 +84,9 @@ struct Args {
     /// Append the history, keep its database and stop (for profiling a rebuild of
     /// it with `awl projections rebuild`).
     history_only: bool,
+    /// Stop after every proposal is approved and keep the database (for looking at
+    /// `awl serve` on it by hand).
+    keep: bool,
     /// The live server's rounds of proposing, in seconds (0: none; default 5, the
     /// server's own default).
     learn_every: u64,
@@ -96,6 +99,7 @@ fn args() -> Args {
         seconds: 20,
         per_projection: false,
         history_only: false,
+        keep: false,
         learn_every: 5,
     };
     let mut it = std::env::args().skip(1);
@@ -107,6 +111,7 @@ fn args() -> Args {
             "--seconds" => a.seconds = value(a.seconds as usize) as u64,
             "--per-projection" => a.per_projection = true,
             "--history-only" => a.history_only = true,
+            "--keep" => a.keep = true,
             "--learn-every" => a.learn_every = value(a.learn_every as usize) as u64,
             _ => {}
         }
@@ -433,6 +438,11 @@ async fn main() {
         ms(idle_round)
     );
     print!("{alone}");
+    if a.keep {
+        println!("\nThe database is kept: {url}");
+        std::mem::forget(fresh);
+        return;
+    }
 
     // `awl serve` start-up on that history.
     let mut health = Vec::new();
