@@ -285,6 +285,15 @@ async fn report_calls(http: &Http, token: &str, task: &str, n: usize) -> Vec<f64
             .await;
         took.push(ms(t.elapsed()));
     }
+    if std::env::var_os("AWL_BENCH_SHOW_SLOW").is_some() {
+        let mut at = 0.0;
+        for (k, ms) in took.iter().enumerate() {
+            if *ms > 4.0 {
+                eprintln!("slow call {k} at {at:.0} ms: {ms:.2} ms");
+            }
+            at += ms;
+        }
+    }
     took
 }
 

@@ -29,7 +29,7 @@ use crate::domain::run::Run;
 use crate::domain::schedule::{
     Schedule, ScheduleCommand, ScheduleError, ScheduleEvent, ScheduleSource,
 };
-use crate::log::{EventFilter, Metadata, StreamRef, StreamType};
+use crate::log::{EventFilter, Metadata, RecordedEvent, StreamRef, StreamType};
 use crate::runs::{Runs, RunsError, StartRun, Started};
 use crate::store::command::{Command, CommandError};
 use crate::store::{EventStore, StoreError, domain_io};
@@ -491,6 +491,8 @@ pub struct Scheduler {
     known: BTreeMap<String, Schedule>,
     /// The position schedule events were read up to.
     after: i64,
+    /// Whether the first look (through the streams' index) was taken.
+    looked: bool,
     /// The position workflow events were read up to.
     workflows_after: i64,
     /// [`WORKFLOWS_SYNCED`] as last read or written (`None`: not read yet).
@@ -504,6 +506,7 @@ impl Scheduler {
             schedules,
             known: BTreeMap::new(),
             after: 0,
+            looked: false,
             workflows_after: 0,
             synced: None,
             unconfirmed: Vec::new(),
@@ -526,7 +529,11 @@ impl Scheduler {
                 at
             }
         };
-        let schedules = self.changed_schedules().await?;
+        let schedules = if self.looked {
+            self.changed_schedules().await?
+        } else {
+            self.first_look().await?
+        };
         let (workflows, reached) = self.changed_workflows(synced).await?;
         for name in schedules {
             let schedule = self.schedules.get(&name).await?;
@@ -554,6 +561,46 @@ impl Scheduler {
         Ok(())
     }
 
+    /// The first look: every schedule, found through the streams' index, with the
+    /// fires its stream holds (kept to be confirmed), and the log's head to follow
+    /// on from. Finding them by reading the log from its start made every server
+    /// start page through all of it: 163 reads of 10,000 events over the learning
+    /// benchmark's 1.6 million, most of them from disk, while the server began to
+    /// answer requests.
+    async fn first_look(&mut self) -> Result<BTreeSet<String>> {
+        let store = self.schedules.store.clone();
+        // Positions are given under the append lock and visible in order, so every
+        // event at or below the head is in the streams read next, and every one
+        // after it in the next look.
+        let head = store.head().await?;
+        let names = store.stream_ids(StreamType::Schedule, None).await?;
+        for name in &names {
+            for event in store.read_stream(&stream(name)).await? {
+                if event.position <= head {
+                    self.keep_fire(&event);
+                }
+            }
+        }
+        self.after = head;
+        self.looked = true;
+        Ok(names.into_iter().collect())
+    }
+
+    /// A fire to confirm, if `event` is one.
+    fn keep_fire(&mut self, event: &RecordedEvent) {
+        if let Ok(ScheduleEvent::Fired {
+            run_id, due_at, at, ..
+        }) = domain_io::decode::<Schedule>(event)
+        {
+            self.unconfirmed.push(Unconfirmed {
+                schedule: event.stream.id.clone(),
+                run_id,
+                due_at,
+                fired_at: at,
+            });
+        }
+    }
+
     /// The schedules whose streams gained events since the last look; their fires
     /// are kept to be confirmed.
     async fn changed_schedules(&mut self) -> Result<BTreeSet<String>> {
@@ -570,17 +617,7 @@ impl Scheduler {
                 .await?;
             for event in &events {
                 changed.insert(event.stream.id.clone());
-                if let Ok(ScheduleEvent::Fired {
-                    run_id, due_at, at, ..
-                }) = domain_io::decode::<Schedule>(event)
-                {
-                    self.unconfirmed.push(Unconfirmed {
-                        schedule: event.stream.id.clone(),
-                        run_id,
-                        due_at,
-                        fired_at: at,
-                    });
-                }
+                self.keep_fire(event);
             }
             if next <= self.after {
                 return Ok(changed);
