@@ -87,6 +87,8 @@ struct Args {
     /// Stop after every proposal is approved and keep the database (for looking at
     /// `awl serve` on it by hand).
     keep: bool,
+    /// Tool calls reported before the timed ones (default 200).
+    warm_up: usize,
     /// The live server's rounds of proposing, in seconds (0: none; default 5, the
     /// server's own default).
     learn_every: u64,
@@ -100,6 +102,7 @@ fn args() -> Args {
         per_projection: false,
         history_only: false,
         keep: false,
+        warm_up: 200,
         learn_every: 5,
     };
     let mut it = std::env::args().skip(1);
@@ -112,6 +115,7 @@ fn args() -> Args {
             "--per-projection" => a.per_projection = true,
             "--history-only" => a.history_only = true,
             "--keep" => a.keep = true,
+            "--warm-up" => a.warm_up = value(a.warm_up),
             "--learn-every" => a.learn_every = value(a.learn_every as usize) as u64,
             _ => {}
         }
@@ -524,7 +528,7 @@ async fn main() {
     }
 
     // Recording a tool call: one agent, then eight at once.
-    report_calls(&http, &agents[0].1, &held[0], 200).await; // warm-up
+    report_calls(&http, &agents[0].1, &held[0], a.warm_up).await; // warm-up
     let one = report_calls(&http, &agents[0].1, &held[0], 2_000).await;
     let t = Instant::now();
     let together: Vec<_> = agents
