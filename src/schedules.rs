@@ -469,6 +469,44 @@ impl Schedules {
     }
 }
 
+/// Every `kind` event after `*after`, in pages of `page`, handed to `each`; moves
+/// `*after` to the position read up to.
+async fn read_kind(
+    store: &EventStore,
+    kind: StreamType,
+    page: i64,
+    after: &mut i64,
+    mut each: impl FnMut(&RecordedEvent),
+) -> Result<()> {
+    let filter = EventFilter {
+        stream_types: vec![kind],
+        ..EventFilter::default()
+    };
+    loop {
+        let (events, next) = store.read_page(*after, page, &filter).await?;
+        events.iter().for_each(&mut each);
+        if next <= *after {
+            return Ok(());
+        }
+        *after = next;
+    }
+}
+
+/// The fire `event` records, if it is one, to be confirmed.
+fn fire_of(event: &RecordedEvent) -> Option<Unconfirmed> {
+    match domain_io::decode::<Schedule>(event) {
+        Ok(ScheduleEvent::Fired {
+            run_id, due_at, at, ..
+        }) => Some(Unconfirmed {
+            schedule: event.stream.id.clone(),
+            run_id,
+            due_at,
+            fired_at: at,
+        }),
+        _ => None,
+    }
+}
+
 /// A fire read from the log whose run is looked for once it is a few seconds old.
 struct Unconfirmed {
     schedule: String,
@@ -577,7 +615,7 @@ impl Scheduler {
         for name in &names {
             for event in store.read_stream(&stream(name)).await? {
                 if event.position <= head {
-                    self.keep_fire(&event);
+                    self.unconfirmed.extend(fire_of(&event));
                 }
             }
         }
@@ -586,44 +624,24 @@ impl Scheduler {
         Ok(names.into_iter().collect())
     }
 
-    /// A fire to confirm, if `event` is one.
-    fn keep_fire(&mut self, event: &RecordedEvent) {
-        if let Ok(ScheduleEvent::Fired {
-            run_id, due_at, at, ..
-        }) = domain_io::decode::<Schedule>(event)
-        {
-            self.unconfirmed.push(Unconfirmed {
-                schedule: event.stream.id.clone(),
-                run_id,
-                due_at,
-                fired_at: at,
-            });
-        }
-    }
-
     /// The schedules whose streams gained events since the last look; their fires
     /// are kept to be confirmed.
     async fn changed_schedules(&mut self) -> Result<BTreeSet<String>> {
-        let filter = EventFilter {
-            stream_types: vec![StreamType::Schedule],
-            ..EventFilter::default()
-        };
         let mut changed = BTreeSet::new();
-        loop {
-            let (events, next) = self
-                .schedules
-                .store
-                .read_page(self.after, 5_000, &filter)
-                .await?;
-            for event in &events {
+        let mut fires = Vec::new();
+        read_kind(
+            &self.schedules.store,
+            StreamType::Schedule,
+            5_000,
+            &mut self.after,
+            |event| {
                 changed.insert(event.stream.id.clone());
-                self.keep_fire(event);
-            }
-            if next <= self.after {
-                return Ok(changed);
-            }
-            self.after = next;
-        }
+                fires.extend(fire_of(event));
+            },
+        )
+        .await?;
+        self.unconfirmed.extend(fires);
+        Ok(changed)
     }
 
     /// The workflows registered or changed past `synced` (and past the last look),
@@ -633,24 +651,19 @@ impl Scheduler {
     /// once (about 45 MB over 1,329 workflows) only to skip them. Small pages bound
     /// what a burst of registrations holds.
     async fn changed_workflows(&mut self, synced: i64) -> Result<(BTreeSet<String>, i64)> {
-        let filter = EventFilter {
-            stream_types: vec![StreamType::Workflow],
-            ..EventFilter::default()
-        };
         let mut changed = BTreeSet::new();
         self.workflows_after = self.workflows_after.max(synced);
-        loop {
-            let (events, next) = self
-                .schedules
-                .store
-                .read_page(self.workflows_after, 500, &filter)
-                .await?;
-            changed.extend(events.into_iter().map(|e| e.stream.id));
-            if next <= self.workflows_after {
-                return Ok((changed, self.workflows_after));
-            }
-            self.workflows_after = next;
-        }
+        read_kind(
+            &self.schedules.store,
+            StreamType::Workflow,
+            500,
+            &mut self.workflows_after,
+            |event| {
+                changed.insert(event.stream.id.clone());
+            },
+        )
+        .await?;
+        Ok((changed, self.workflows_after))
     }
 
     /// One round: look at the log, tick every schedule whose time has come, confirm

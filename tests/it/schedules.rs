@@ -302,21 +302,9 @@ async fn a_fire_whose_run_never_started_is_started_by_another_scheduler(backend:
         .await
         .expect("declare");
     // A server decides the 10:00 fire and appends it, then dies before starting the
-    // run (the decision made here by hand, as its tick would).
+    // run.
     clock.set(at(2026, 1, 1, 10, 0));
-    let stream = awl::log::StreamRef::new(StreamType::Schedule, "hourly");
-    awl::store::command::Command::new(&t.store, &stream, awl::log::Metadata::actor("dead"))
-        .run(|s: &awl::domain::schedule::Schedule| {
-            awl::domain::Decide::decide(
-                s,
-                awl::domain::schedule::ScheduleCommand::Tick {
-                    now: at(2026, 1, 1, 10, 0),
-                    previous_active: false,
-                },
-            )
-        })
-        .await
-        .expect("the dead server's fire");
+    fire_and_die(&t, at(2026, 1, 1, 10, 0)).await;
     assert_eq!(fires(&t).await.len(), 1);
     assert!(runs_started(&t).await.is_empty());
     // Another scheduler reads the fire, waits a few seconds for its run, then starts
@@ -335,6 +323,35 @@ async fn a_fire_whose_run_never_started_is_started_by_another_scheduler(backend:
     clock.advance(Duration::seconds(6));
     other.step().await.expect("round");
     assert_eq!(runs_started(&t).await.len(), 1, "once");
+    // A fire recorded while this scheduler runs (read as the log grows, not at its
+    // first look) whose server died too: its run is started the same way.
+    clock.set(at(2026, 1, 1, 11, 0));
+    fire_and_die(&t, at(2026, 1, 1, 11, 0)).await;
+    other.step().await.expect("round");
+    assert_eq!(runs_started(&t).await.len(), 1, "not before a few seconds");
+    clock.advance(Duration::seconds(6));
+    other.step().await.expect("round");
+    let started = runs_started(&t).await;
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert_eq!(started[1].0, fires(&t).await[1].2);
+}
+
+/// A server decides the fire of `now` on the `hourly` schedule and appends it, then
+/// dies before starting its run (the decision made here by hand, as its tick would).
+async fn fire_and_die(t: &TestStore, now: chrono::DateTime<chrono::Utc>) {
+    let stream = awl::log::StreamRef::new(StreamType::Schedule, "hourly");
+    awl::store::command::Command::new(&t.store, &stream, awl::log::Metadata::actor("dead"))
+        .run(|s: &awl::domain::schedule::Schedule| {
+            awl::domain::Decide::decide(
+                s,
+                awl::domain::schedule::ScheduleCommand::Tick {
+                    now,
+                    previous_active: false,
+                },
+            )
+        })
+        .await
+        .expect("the dead server's fire");
 }
 
 const EVERY_SECOND: &str = r#"
