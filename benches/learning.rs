@@ -365,6 +365,14 @@ fn resident_mb(pid: u32) -> f64 {
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // `RUST_LOG=awl=debug` shows what the server does while it is measured (the
+    // learner's rounds and their times, for one).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let a = args();
     let tasks = a.calls / CALLS_PER_TASK;
     let options = StoreOptions {

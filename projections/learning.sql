@@ -34,6 +34,9 @@ CREATE TABLE {tool_patterns} (
     span_ms      BIGINT NOT NULL,
     -- tools, args, flows, evidence (JSON): written only when they change
     detail       TEXT NOT NULL DEFAULT '',
+    -- the log position of the batch that last wrote `detail`: equal positions mean
+    -- equal details (the learner drafts a file again only when it moved)
+    detailed     BIGINT NOT NULL DEFAULT 0,
     -- the log position of the batch that last wrote the row
     changed      BIGINT NOT NULL DEFAULT 0
 );

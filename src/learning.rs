@@ -221,13 +221,12 @@ pub struct Learner {
     /// content), so a round of proposing reads the workflow stream and validates a file
     /// only for what is new. A cache: a new process checks each once.
     known: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
-    /// Each candidate pattern (by key) and the executions it had when this learner
-    /// last drafted its file: a pattern's details change only with its executions, so
-    /// a round reads the details of, and drafts, only the candidates that changed.
+    /// Each candidate pattern (by key) as this learner last drafted its file: a
+    /// round reads the details of, and drafts, only the candidates that changed.
     /// Seeded, on a learner's first round, from the proposals already in the log (a
     /// proposal was drafted from its pattern at the executions it records), so a
     /// restarted server does not draft every known sequence again.
-    drafted: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    drafted: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Drafted>>>,
     seeded: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// This learner's last complete round: the `learning` checkpoint it read before
     /// reading the patterns, and the user-submitted sequences then. The next round
@@ -235,6 +234,41 @@ pub struct Learner {
     /// scope's candidates depend on its patterns alone), unless the user-submitted
     /// sequences changed or the checkpoint went back (a rebuild): then every scope.
     last_round: std::sync::Arc<std::sync::Mutex<Option<Round>>>,
+}
+
+/// A pattern as its file was last drafted. A file is a function of the pattern's
+/// details, which change only with its executions and, when they change, move the
+/// pattern's `detailed` position: the same count or the same position means the same
+/// file. The position is what matters under live load, where every sequence done
+/// again adds executions while its details stay settled. (The details written at a
+/// position are those of the log up to it, so a rebuilt projection that writes
+/// them at the same position writes the same ones.)
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Drafted {
+    executions: u64,
+    /// `None` when seeded from a proposal, which records only the executions.
+    detailed: Option<i64>,
+}
+
+impl Drafted {
+    fn covers(&self, executions: u64, detailed: Option<i64>) -> bool {
+        self.executions == executions || (self.detailed.is_some() && self.detailed == detailed)
+    }
+}
+
+/// The patterns a round chooses candidates from (counters and tools), by scope, and
+/// where each one's details were last written.
+#[derive(Default)]
+struct Counted {
+    by_scope: std::collections::BTreeMap<String, Vec<Pattern>>,
+    detailed: std::collections::HashMap<String, Option<i64>>,
+}
+
+/// A stored pattern read whole: its scope, state and where its details were written.
+struct Whole {
+    scope: String,
+    pattern: Pattern,
+    detailed: Option<i64>,
 }
 
 /// What a round of proposing looked at.
@@ -246,7 +280,7 @@ struct Round {
 
 /// The columns `propose` chooses candidates by: every one but `detail`.
 const PATTERN_COUNTERS: &str = "pattern_key, scope, signature, length, executions, successes, \
-    sessions, last_session, confidence, first_at, last_at, span_ms";
+    sessions, last_session, confidence, first_at, last_at, span_ms, detailed";
 
 /// The namespace of derived proposal ids.
 const PROPOSAL_NAMESPACE: Uuid = Uuid::from_u128(0x6c65_6172_6e65_6400_0000_0000_0000_0011);
@@ -304,10 +338,7 @@ impl Learner {
 
     /// The counters and tools of the patterns with enough successes (of `scopes`, or of
     /// every scope), by scope: enough to choose candidates.
-    async fn counted_patterns(
-        &self,
-        scopes: Option<&[String]>,
-    ) -> Result<std::collections::BTreeMap<String, Vec<Pattern>>, LearnError> {
+    async fn counted_patterns(&self, scopes: Option<&[String]>) -> Result<Counted, LearnError> {
         let min = Param::from(i64::try_from(self.config.min_successes.max(1)).unwrap_or(1));
         let mut rows = Vec::new();
         match scopes {
@@ -334,18 +365,29 @@ impl Learner {
                 }
             }
         }
-        let mut by_scope: std::collections::BTreeMap<String, Vec<Pattern>> = Default::default();
+        let mut counted = Counted::default();
         let mut unclear = Vec::new();
         for row in &rows {
+            let key = text(row, "pattern_key").unwrap_or_default();
             match crate::projections::counted_pattern(row) {
-                Some((scope, pattern)) => by_scope.entry(scope).or_default().push(pattern),
-                None => unclear.push(text(row, "pattern_key").unwrap_or_default()),
+                Some((scope, pattern)) => {
+                    counted.by_scope.entry(scope).or_default().push(pattern);
+                    counted
+                        .detailed
+                        .insert(key, int(row, "detailed").filter(|d| *d > 0));
+                }
+                None => unclear.push(key),
             }
         }
-        for (_, (scope, pattern)) in self.whole_patterns(&unclear).await? {
-            by_scope.entry(scope).or_default().push(pattern);
+        for (key, whole) in self.whole_patterns(&unclear).await? {
+            counted
+                .by_scope
+                .entry(whole.scope)
+                .or_default()
+                .push(whole.pattern);
+            counted.detailed.insert(key, whole.detailed);
         }
-        Ok(by_scope)
+        Ok(counted)
     }
 
     /// Fill `drafted` from the proposals projection, once: each proposed pattern (by
@@ -377,7 +419,10 @@ impl Learner {
                 &scope,
                 &crate::domain::learning::signature(&tools),
             );
-            drafted.entry(key).or_insert(executions);
+            drafted.entry(key).or_insert(Drafted {
+                executions,
+                detailed: None,
+            });
         }
         self.seeded.store(true, Ordering::Release);
         Ok(())
@@ -388,7 +433,7 @@ impl Learner {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn drafted(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u64>> {
+    fn drafted(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Drafted>> {
         // A panic while holding the lock leaves a map of hints: still usable.
         self.drafted.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -412,17 +457,18 @@ impl Learner {
             user_sequences: self.user_sequences().await?,
         };
         let scopes = self.changed_scopes(&round).await?;
-        let by_scope = match &scopes {
-            Some(scopes) if scopes.is_empty() => Default::default(),
+        let counted = match &scopes {
+            Some(scopes) if scopes.is_empty() => Counted::default(),
             scopes => self.counted_patterns(scopes.as_deref()).await?,
         };
+        let by_scope = &counted.by_scope;
         let user_sequences = &round.user_sequences;
         let mut report = ProposeReport {
             scopes: by_scope.len(),
             ..ProposeReport::default()
         };
         let mut due = Vec::new();
-        for (scope, patterns) in &by_scope {
+        for (scope, patterns) in by_scope {
             for pattern in closed(
                 patterns,
                 self.config.min_successes,
@@ -437,7 +483,12 @@ impl Learner {
                     scope,
                     &crate::domain::learning::signature(&pattern.tools),
                 );
-                if self.drafted().get(&key) != Some(&pattern.executions) {
+                let detailed = counted.detailed.get(&key).copied().flatten();
+                if !self
+                    .drafted()
+                    .get(&key)
+                    .is_some_and(|d| d.covers(pattern.executions, detailed))
+                {
                     due.push(key);
                 }
             }
@@ -446,13 +497,25 @@ impl Learner {
         let mut whole = self.whole_patterns(&due).await?;
         report.drafted = whole.len();
         for key in due {
-            let Some((scope, pattern)) = whole.remove(&key) else {
+            let Some(Whole {
+                scope,
+                pattern,
+                detailed,
+            }) = whole.remove(&key)
+            else {
                 continue;
             };
             if let Some(id) = self.propose_one(&scope, &pattern, by, now).await? {
                 report.proposed.push(id);
             }
-            self.drafted().insert(key, pattern.executions);
+            let executions = pattern.executions;
+            self.drafted().insert(
+                key,
+                Drafted {
+                    executions,
+                    detailed,
+                },
+            );
         }
         *self.last_round() = Some(round);
         Ok(report)
@@ -462,7 +525,7 @@ impl Learner {
     async fn whole_patterns(
         &self,
         keys: &[String],
-    ) -> Result<std::collections::HashMap<String, (String, Pattern)>, LearnError> {
+    ) -> Result<std::collections::HashMap<String, Whole>, LearnError> {
         let mut out = std::collections::HashMap::with_capacity(keys.len());
         for chunk in keys.chunks(500) {
             let sql = format!(
@@ -472,10 +535,18 @@ impl Learner {
             let params: Vec<Param> = chunk.iter().map(|k| Param::from(k.clone())).collect();
             for row in self.store.query_rows(&sql, &params).await? {
                 let key = text(&row, "pattern_key").unwrap_or_default();
-                let found = crate::projections::stored_pattern(&row).map_err(|e| {
+                let (scope, pattern) = crate::projections::stored_pattern(&row).map_err(|e| {
                     LearnError::Invalid(format!("a stored pattern cannot be read: {e}"))
                 })?;
-                out.insert(key, found);
+                let detailed = int(&row, "detailed").filter(|d| *d > 0);
+                out.insert(
+                    key,
+                    Whole {
+                        scope,
+                        pattern,
+                        detailed,
+                    },
+                );
             }
         }
         Ok(out)
@@ -590,11 +661,22 @@ impl Learner {
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         loop {
-            match self.propose("awl", clock()).await {
-                Ok(report) if !report.proposed.is_empty() => {
-                    tracing::info!(proposed = ?report.proposed, "learned workflows proposed");
+            let began = std::time::Instant::now();
+            let round = self.propose("awl", clock()).await;
+            let took_ms = began.elapsed().as_secs_f64() * 1000.0;
+            match round {
+                Ok(report) => {
+                    tracing::debug!(
+                        scopes = report.scopes,
+                        candidates = report.candidates,
+                        drafted = report.drafted,
+                        took_ms,
+                        "a round of proposing"
+                    );
+                    if !report.proposed.is_empty() {
+                        tracing::info!(proposed = ?report.proposed, "learned workflows proposed");
+                    }
                 }
-                Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "proposing learned workflows failed; trying again")
                 }

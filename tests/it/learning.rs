@@ -693,6 +693,18 @@ async fn board_sessions(
     n: usize,
     tools: &[&str],
 ) {
+    board_sessions_in(board, agent, from, n, tools, "triage").await
+}
+
+/// As [`board_sessions`], with every call's `queue` argument given.
+async fn board_sessions_in(
+    board: &awl::board::Board,
+    agent: &awl::domain::ids::AgentId,
+    from: usize,
+    n: usize,
+    tools: &[&str],
+    queue: &str,
+) {
     use awl::board::{Caller, NewTask, ToolCall};
     use awl::domain::workspace::Capabilities;
     let ops = Caller::User("ops".into());
@@ -714,7 +726,7 @@ async fn board_sessions(
         for (k, tool) in tools.iter().enumerate() {
             let call = ToolCall {
                 name: tool.to_string(),
-                parameters: json!({"ticket": ticket, "k": k, "queue": "triage"}),
+                parameters: json!({"ticket": ticket, "k": k, "queue": queue}),
                 output: Some(json!({"ticket": ticket})),
                 duration_ms: 5,
                 // One session in five fails its last call.
@@ -768,11 +780,18 @@ async fn two_miners_taking_turns_mine_what_one_rebuild_does(backend: Backend) {
         board_sessions(&board, &agent, round * 6, 6, &["search", "read", "label"]).await;
         miner.catch_up_all().await.expect("catch up");
     }
+    // Every column but `detailed`: the position the details were last written at
+    // depends on how the log was cut into batches (the details themselves do not).
     let patterns = async || {
-        t.store
+        let mut rows = t
+            .store
             .query_rows("SELECT * FROM tool_patterns ORDER BY pattern_key", &[])
             .await
-            .expect("patterns")
+            .expect("patterns");
+        for row in &mut rows {
+            assert!(row.remove("detailed").is_some(), "{row:?}");
+        }
+        rows
     };
     let taken_in_turns = patterns().await;
     let search_read_label = taken_in_turns
@@ -900,4 +919,49 @@ async fn a_tool_named_with_the_separator_is_learned_and_a_quiet_round_proposes_n
         .await
         .expect("propose");
     assert_eq!(after_user.scopes, 1, "{after_user:?}");
+    // Once its details settle (every example and piece of evidence it keeps taken),
+    // a sequence done again adds executions and changes no file: the round looks at
+    // its scope and chooses it, but does not draft it again. Live load is this.
+    board_sessions(&board, &agent, 8, 22, &tools).await;
+    projections.catch_up_all().await.expect("catch up");
+    let filled = fresh
+        .propose("test", chrono::Utc::now())
+        .await
+        .expect("propose");
+    assert_eq!((filled.candidates, filled.drafted), (1, 1), "{filled:?}");
+    assert!(filled.proposed.is_empty(), "the same file: {filled:?}");
+    board_sessions(&board, &agent, 30, 1, &tools).await;
+    projections.catch_up_all().await.expect("catch up");
+    let settled = fresh
+        .propose("test", chrono::Utc::now())
+        .await
+        .expect("propose");
+    assert_eq!(
+        (settled.scopes, settled.candidates, settled.drafted),
+        (1, 1, 0),
+        "more executions, the same details: {settled:?}"
+    );
+    // A value that was constant varies: the details change, the file with them.
+    board_sessions_in(&board, &agent, 31, 1, &tools, "urgent").await;
+    projections.catch_up_all().await.expect("catch up");
+    let varied = fresh
+        .propose("test", chrono::Utc::now())
+        .await
+        .expect("propose");
+    assert_eq!(
+        (varied.drafted, varied.proposed.len()),
+        (1, 1),
+        "a new file is proposed: {varied:?}"
+    );
+    projections.catch_up_all().await.expect("catch up");
+    let proposed = learner
+        .proposals(&Viewer::All, Some("OPEN"))
+        .await
+        .expect("proposals");
+    assert!(
+        proposed
+            .iter()
+            .any(|p| p.definition["inputs"].to_string().contains("queue")),
+        "`queue` is an input now: {proposed:?}"
+    );
 }

@@ -24,7 +24,7 @@ use super::{Projection, ProjectionError, Writer, micros};
 mod runs;
 
 /// Bumped when the tables or the mining change.
-const BASE_VERSION: i32 = 4;
+const BASE_VERSION: i32 = 5;
 
 pub struct Learning {
     config: MiningConfig,
@@ -361,6 +361,7 @@ async fn write_patterns(
             let json = serde_json::to_string(&DetailRef::of(p))
                 .map_err(|e| corrupt(format!("pattern {key:?}: {e}")))?;
             row.push(Param::from(json));
+            row.push(Param::from(changed));
             full.push(row);
         } else {
             counters.push(row);
@@ -370,7 +371,7 @@ async fn write_patterns(
     let mut columns = WRITTEN.to_vec();
     w.upsert("{tool_patterns}", &columns, &["pattern_key"], counters)
         .await?;
-    columns.push("detail");
+    columns.extend(["detail", "detailed"]);
     w.upsert("{tool_patterns}", &columns, &["pattern_key"], full)
         .await?;
     cache.put(w.generation, settled);
