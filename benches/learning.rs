@@ -281,9 +281,11 @@ async fn task_in_progress(http: &Http, operator: &str, agent: (&str, &str)) -> S
 
 async fn report_calls(http: &Http, token: &str, task: &str, n: usize) -> Vec<f64> {
     let mut took = Vec::with_capacity(n);
+    let mut began = Vec::with_capacity(n);
     for k in 0..n {
         let call = json!({"name": TOOLS[k % TOOLS.len()], "parameters": {"ticket": format!("L-{k}")},
                           "output": {"ok": true}, "duration_ms": 12, "success": true});
+        began.push(Utc::now());
         let t = Instant::now();
         http.post(token, &format!("/api/v1/tasks/{task}/tool-calls"), &call)
             .await;
@@ -291,9 +293,12 @@ async fn report_calls(http: &Http, token: &str, task: &str, n: usize) -> Vec<f64
     }
     if std::env::var_os("AWL_BENCH_SHOW_SLOW").is_some() {
         let mut at = 0.0;
-        for (k, ms) in took.iter().enumerate() {
+        for (k, (ms, when)) in took.iter().zip(&began).enumerate() {
             if *ms > 4.0 {
-                eprintln!("slow call {k} at {at:.0} ms: {ms:.2} ms");
+                eprintln!(
+                    "slow call {k} at {at:.0} ms ({}): {ms:.2} ms",
+                    when.format("%H:%M:%S%.3f")
+                );
             }
             at += ms;
         }

@@ -291,6 +291,45 @@ impl EventStore {
         .map_err(StoreError::db(what))
     }
 
+    /// The ids of the `kind` streams with an event past `after` (a global position),
+    /// hot or archived, sorted. Read through the streams' index: it costs the events
+    /// of that kind, where paging through the log past `after` for them costs every
+    /// event since, of whatever kind.
+    pub async fn stream_ids_after(
+        &self,
+        kind: crate::log::StreamType,
+        after: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let what = format!("listing the {kind} streams changed after position {after}");
+        match self.backend() {
+            Backend::Postgres(pg) => {
+                sqlx::query_scalar(
+                    "SELECT stream_id FROM events WHERE stream_type = $1 AND position > $2 \
+                 UNION \
+                 SELECT stream_id FROM events_archive WHERE stream_type = $1 AND position > $2 \
+                 ORDER BY 1",
+                )
+                .bind(kind.as_str())
+                .bind(after)
+                .fetch_all(pg.pool())
+                .await
+            }
+            Backend::Sqlite(lite) => {
+                sqlx::query_scalar(
+                    "SELECT stream_id FROM events WHERE stream_type = ?1 AND position > ?2 \
+                 UNION \
+                 SELECT stream_id FROM events_archive WHERE stream_type = ?1 AND position > ?2 \
+                 ORDER BY 1",
+                )
+                .bind(kind.as_str())
+                .bind(after)
+                .fetch_all(lite.reader())
+                .await
+            }
+        }
+        .map_err(StoreError::db(what))
+    }
+
     /// The events of a stream its state is folded from: from its last continuation
     /// (an event carrying the whole state, [`crate::log::CONTINUED_EVENT_TYPE`]) on,
     /// or every event when it has none. For its history, [`EventStore::read_stream`].
