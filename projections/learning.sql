@@ -34,7 +34,7 @@ CREATE TABLE {tool_patterns} (
     span_ms      BIGINT NOT NULL,
     -- tools, args, flows, evidence (JSON): written only when they change
     detail       TEXT NOT NULL DEFAULT '',
-    -- the log position of the batch that last wrote `detail`: equal positions mean
+    -- the log position of the call that last changed `detail`: equal positions mean
     -- equal details (the learner drafts a file again only when it moved)
     detailed     BIGINT NOT NULL DEFAULT 0,
     -- the log position of the batch that last wrote the row

@@ -240,9 +240,8 @@ pub struct Learner {
 /// details, which change only with its executions and, when they change, move the
 /// pattern's `detailed` position: the same count or the same position means the same
 /// file. The position is what matters under live load, where every sequence done
-/// again adds executions while its details stay settled. (The details written at a
-/// position are those of the log up to it, so a rebuilt projection that writes
-/// them at the same position writes the same ones.)
+/// again adds executions while its details stay settled. (It is the position of the
+/// call that changed them, so a rebuilt projection gives the same one.)
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Drafted {
     executions: u64,

@@ -161,9 +161,18 @@ impl Projection for Learning {
         }
         let mut patterns = load_patterns(w, &self.cache, &found).await?;
         for (key, i, occurrence) in found {
-            let Observed { scope, session, .. } = &calls[i];
+            let Observed {
+                scope,
+                session,
+                position,
+                ..
+            } = &calls[i];
             match patterns.get_mut(&key) {
-                Some(t) => t.write_detail |= t.pattern.add(&occurrence, session),
+                Some(t) => {
+                    if t.pattern.add(&occurrence, session) {
+                        t.detailed = Some(*position);
+                    }
+                }
                 None => {
                     let pattern = Pattern::first(&occurrence, session);
                     patterns.insert(
@@ -171,7 +180,7 @@ impl Projection for Learning {
                         Touched {
                             scope: scope.clone(),
                             pattern,
-                            write_detail: true,
+                            detailed: Some(*position),
                         },
                     );
                 }
@@ -270,12 +279,14 @@ async fn write_tails(
 
 type Patterns = BTreeMap<String, Touched>;
 
-/// A pattern of this batch: its scope, its state, and whether its row is new or its
-/// details changed (else only its counters are written).
+/// A pattern of this batch: its scope, its state, and, when its row is new or its
+/// details changed, the position of the call that last changed them (else only its
+/// counters are written). The call's position, not the batch's: however the log is
+/// cut into batches, the same details are written with the same position.
 struct Touched {
     scope: String,
     pattern: Pattern,
-    write_detail: bool,
+    detailed: Option<i64>,
 }
 
 async fn load_patterns(
@@ -308,7 +319,7 @@ async fn load_patterns(
                 Touched {
                     scope: scope.to_string(),
                     pattern,
-                    write_detail: false,
+                    detailed: None,
                 },
             );
         }
@@ -357,11 +368,11 @@ async fn write_patterns(
             Param::from(i64::try_from(p.span_ms_total).unwrap_or(i64::MAX)),
             Param::from(changed),
         ];
-        if t.write_detail {
+        if let Some(detailed) = t.detailed {
             let json = serde_json::to_string(&DetailRef::of(p))
                 .map_err(|e| corrupt(format!("pattern {key:?}: {e}")))?;
             row.push(Param::from(json));
-            row.push(Param::from(changed));
+            row.push(Param::from(detailed));
             full.push(row);
         } else {
             counters.push(row);
