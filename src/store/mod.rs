@@ -257,38 +257,7 @@ impl EventStore {
         kind: crate::log::StreamType,
         event_type: Option<&str>,
     ) -> Result<Vec<String>, StoreError> {
-        let what = format!("listing the {kind} streams");
-        match self.backend() {
-            Backend::Postgres(pg) => {
-                sqlx::query_scalar(
-                    "SELECT stream_id FROM events WHERE stream_type = $1 \
-                   AND ($2::text IS NULL OR event_type = $2) \
-                 UNION \
-                 SELECT stream_id FROM events_archive WHERE stream_type = $1 \
-                   AND ($2::text IS NULL OR event_type = $2) \
-                 ORDER BY 1",
-                )
-                .bind(kind.as_str())
-                .bind(event_type)
-                .fetch_all(pg.pool())
-                .await
-            }
-            Backend::Sqlite(lite) => {
-                sqlx::query_scalar(
-                    "SELECT stream_id FROM events WHERE stream_type = ?1 \
-                   AND (?2 IS NULL OR event_type = ?2) \
-                 UNION \
-                 SELECT stream_id FROM events_archive WHERE stream_type = ?1 \
-                   AND (?2 IS NULL OR event_type = ?2) \
-                 ORDER BY 1",
-                )
-                .bind(kind.as_str())
-                .bind(event_type)
-                .fetch_all(lite.reader())
-                .await
-            }
-        }
-        .map_err(StoreError::db(what))
+        self.stream_ids_where(kind, event_type, 0).await
     }
 
     /// The ids of the `kind` streams with an event past `after` (a global position),
@@ -300,28 +269,43 @@ impl EventStore {
         kind: crate::log::StreamType,
         after: i64,
     ) -> Result<Vec<String>, StoreError> {
-        let what = format!("listing the {kind} streams changed after position {after}");
+        self.stream_ids_where(kind, None, after).await
+    }
+
+    async fn stream_ids_where(
+        &self,
+        kind: crate::log::StreamType,
+        event_type: Option<&str>,
+        after: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let what = format!("listing the {kind} streams with events after position {after}");
         match self.backend() {
             Backend::Postgres(pg) => {
                 sqlx::query_scalar(
-                    "SELECT stream_id FROM events WHERE stream_type = $1 AND position > $2 \
+                    "SELECT stream_id FROM events WHERE stream_type = $1 \
+                   AND ($2::text IS NULL OR event_type = $2) AND position > $3 \
                  UNION \
-                 SELECT stream_id FROM events_archive WHERE stream_type = $1 AND position > $2 \
+                 SELECT stream_id FROM events_archive WHERE stream_type = $1 \
+                   AND ($2::text IS NULL OR event_type = $2) AND position > $3 \
                  ORDER BY 1",
                 )
                 .bind(kind.as_str())
+                .bind(event_type)
                 .bind(after)
                 .fetch_all(pg.pool())
                 .await
             }
             Backend::Sqlite(lite) => {
                 sqlx::query_scalar(
-                    "SELECT stream_id FROM events WHERE stream_type = ?1 AND position > ?2 \
+                    "SELECT stream_id FROM events WHERE stream_type = ?1 \
+                   AND (?2 IS NULL OR event_type = ?2) AND position > ?3 \
                  UNION \
-                 SELECT stream_id FROM events_archive WHERE stream_type = ?1 AND position > ?2 \
+                 SELECT stream_id FROM events_archive WHERE stream_type = ?1 \
+                   AND (?2 IS NULL OR event_type = ?2) AND position > ?3 \
                  ORDER BY 1",
                 )
                 .bind(kind.as_str())
+                .bind(event_type)
                 .bind(after)
                 .fetch_all(lite.reader())
                 .await
