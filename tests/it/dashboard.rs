@@ -99,7 +99,8 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
     let shots = format!("{root}/target/screenshots/{backend:?}").to_lowercase();
     std::fs::create_dir_all(&shots).unwrap();
     let output = within(
-        180,
+        // Each of the script's waits has its own limit; this one only stops a hang.
+        420,
         "the browser test",
         tokio::process::Command::new("node")
             .arg(format!("{root}/tests/browser/dashboard.mjs"))
