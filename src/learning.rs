@@ -170,6 +170,9 @@ pub struct ProposeReport {
     /// Candidates whose details were read and file drafted (those whose executions
     /// changed since this learner, or a proposal, last drafted them).
     pub drafted: usize,
+    /// Drafts not known to be proposed already (by this learner, or by a proposal in
+    /// the log when it started): looked up in their workflow's stream and validated.
+    pub checked: usize,
 }
 
 /// The learner's state, for `awl learn status`.
@@ -217,9 +220,9 @@ pub struct LearnedUse {
 pub struct Learner {
     store: EventStore,
     config: LearnConfig,
-    /// The files this learner already proposed or found proposed (scope, sequence and
-    /// content), so a round of proposing reads the workflow stream and validates a file
-    /// only for what is new. A cache: a new process checks each once.
+    /// The files this learner already proposed or found proposed (see [`file_key`]), so
+    /// a round of proposing reads the workflow stream and validates a file only for
+    /// what is new. Seeded from the proposals projection on a learner's first round.
     known: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// Each candidate pattern (by key) as this learner last drafted its file: a
     /// round reads the details of, and drafts, only the candidates that changed.
@@ -389,11 +392,13 @@ impl Learner {
         Ok(counted)
     }
 
-    /// Fill `drafted` from the proposals projection, once: each proposed pattern (by
-    /// scope and sequence) at the most executions a proposal of it records. A
-    /// pattern's file is a function of its details, which change only with its
-    /// executions: at the same count, drafting it again gives the proposed file.
-    async fn seed_drafted(&self) -> Result<(), LearnError> {
+    /// Fill `drafted` and `known` from the proposals projection, once. `drafted`: each
+    /// proposed pattern (by scope and sequence) at the most executions a proposal of
+    /// it records (a pattern's file is a function of its details, which change only
+    /// with its executions: at the same count, drafting it again gives the proposed
+    /// file). `known`: every proposed file, so a pattern whose executions moved since
+    /// is drafted again but its file, if unchanged, is not looked up and validated.
+    async fn seed(&self) -> Result<(), LearnError> {
         use std::sync::atomic::Ordering;
         if self.seeded.load(Ordering::Acquire) {
             return Ok(());
@@ -405,6 +410,22 @@ impl Learner {
                 &[],
             )
             .await?;
+        let files = self
+            .store
+            .query_rows("SELECT scope, tools, definition FROM proposals", &[])
+            .await?;
+        let mut known = self.known();
+        for row in &files {
+            let (Some(scope), Some(tools), Some(definition)) = (
+                text(row, "scope"),
+                text(row, "tools").and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok()),
+                text(row, "definition").and_then(|d| serde_json::from_str::<Value>(&d).ok()),
+            ) else {
+                continue;
+            };
+            known.insert(file_key(&scope, &tools, &definition));
+        }
+        drop(known);
         let mut drafted = self.drafted();
         for row in &rows {
             let (Some(scope), Some(tools), Some(executions)) = (
@@ -443,7 +464,7 @@ impl Learner {
 
     /// Propose every strong enough sequence not yet proposed as it is now.
     pub async fn propose(&self, by: &str, now: DateTime<Utc>) -> Result<ProposeReport, LearnError> {
-        self.seed_drafted().await?;
+        self.seed().await?;
         // The checkpoint first: whatever the projection writes after it is past it.
         let checkpoint = crate::projections::queries::checkpoint(&self.store, "learning")
             .await
@@ -504,9 +525,8 @@ impl Learner {
             else {
                 continue;
             };
-            if let Some(id) = self.propose_one(&scope, &pattern, by, now).await? {
-                report.proposed.push(id);
-            }
+            self.propose_one(&scope, &pattern, by, now, &mut report)
+                .await?;
             let executions = pattern.executions;
             self.drafted().insert(
                 key,
@@ -577,24 +597,23 @@ impl Learner {
         Ok(sequences)
     }
 
+    /// Propose `pattern`'s file unless it was proposed already; counted in `report`.
     async fn propose_one(
         &self,
         scope: &str,
         pattern: &Pattern,
         by: &str,
         now: DateTime<Utc>,
-    ) -> Result<Option<String>, LearnError> {
+        report: &mut ProposeReport,
+    ) -> Result<(), LearnError> {
         let name = generate::workflow_name(scope, &pattern.tools);
         // The file as it would be now, whatever its version: known already, nothing to do.
         let draft = Value::Object(generate::definition(&name, "1.0.0", scope, pattern));
-        let key = format!(
-            "{scope}\n{}\n{}",
-            crate::domain::learning::signature(&pattern.tools),
-            hash_without_version(&draft)
-        );
+        let key = file_key(scope, &pattern.tools, &draft);
         if self.known().contains(&key) {
-            return Ok(None);
+            return Ok(());
         }
+        report.checked += 1;
         let state = definitions::catalog::load(&self.store, &name).await?;
         let next = state
             .versions()
@@ -620,7 +639,7 @@ impl Learner {
             p.scope.as_deref() == Some(scope) && hash_without_version(&p.definition) == content
         }) {
             self.known().insert(key);
-            return Ok(None);
+            return Ok(());
         }
         let seed = format!(
             "{scope}\n{}\n{content}",
@@ -647,7 +666,8 @@ impl Learner {
         )?;
         workflow_command(&self.store, &name, by, command).await?;
         self.known().insert(key);
-        Ok(Some(proposal_id.to_string()))
+        report.proposed.push(proposal_id.to_string());
+        Ok(())
     }
 
     /// Propose every `every` until `stop` says so: what mining found becomes proposals
@@ -669,6 +689,7 @@ impl Learner {
                         scopes = report.scopes,
                         candidates = report.candidates,
                         drafted = report.drafted,
+                        checked = report.checked,
                         took_ms,
                         "a round of proposing"
                     );
@@ -981,6 +1002,21 @@ impl Learner {
         }
         Ok(out)
     }
+}
+
+/// What tells one proposed file from another: its scope, its tool sequence and its
+/// content without the version number, as validation completes it (a step that names
+/// a tool is given `type: tool`). A draft and the checked file of a proposal give the
+/// same key, so a new process knows the files already proposed without validating
+/// every draft again.
+fn file_key(scope: &str, tools: &[String], definition: &Value) -> String {
+    let mut completed = definition.clone();
+    crate::workflow::validate::default_step_types(&mut completed);
+    format!(
+        "{scope}\n{}\n{}",
+        crate::domain::learning::signature(tools),
+        hash_without_version(&completed)
+    )
 }
 
 /// A definition's content hash, its version number left out.

@@ -197,3 +197,36 @@ fn calls_of_workflow_steps_are_learned_back_as_those_steps() {
         json!({"dry_run": false, "ids": ["${{ inputs.s3_workflow_archive_ids_0 }}"]})
     );
 }
+
+#[test]
+fn a_draft_and_its_checked_file_are_known_by_one_key() {
+    // A restarted learner knows the proposed files by the key of each proposal's
+    // checked file; a round computes the key of its draft. Were they to differ, every
+    // draft would be looked up and validated again after a start.
+    let scope = "team:alpha";
+    // The first gives its built-in tool steps no `type`, which validation adds.
+    for (p, completed) in [(pattern(3), true), (step_pattern(3), false)] {
+        let name = workflow_name(scope, &p.tools);
+        let draft = Value::Object(definition(&name, "1.0.0", scope, &p));
+        let proposed = Value::Object(definition(&name, "3.0.0", scope, &p));
+        let checked =
+            crate::workflow::validate::check(Path::new("x.awl.yaml"), &to_yaml(&proposed, &[]))
+                .unwrap_or_else(|d| panic!("{d}"));
+        assert_eq!(
+            checked.json != proposed,
+            completed,
+            "validation completes the file"
+        );
+        assert_eq!(
+            super::file_key(scope, &p.tools, &draft),
+            super::file_key(scope, &p.tools, &checked.json),
+            "{:?}",
+            p.tools
+        );
+        assert_ne!(
+            super::file_key("team:beta", &p.tools, &draft),
+            super::file_key(scope, &p.tools, &draft),
+            "scopes differ"
+        );
+    }
+}

@@ -499,7 +499,7 @@ fn type_of(value: &Value) -> &'static str {
 /// A step with `tool` and no `type` is a tool step (the older dialect): say so in
 /// the JSON before it becomes a [`Workflow`]. Only steps: a tool's `inputs`, an HTTP
 /// body or the outputs may hold any mapping, and are data.
-fn default_step_types(json: &mut Value) {
+pub(crate) fn default_step_types(json: &mut Value) {
     for pointer in super::step_pointers(json) {
         if let Some(Value::Object(step)) = json.pointer_mut(&pointer)
             && step.contains_key("tool")

@@ -882,14 +882,21 @@ async fn a_tool_named_with_the_separator_is_learned_and_a_quiet_round_proposes_n
         "{first_round:?}"
     );
     // More executions of the sequence: the scope is looked at again and the
-    // sequence drafted again, by that learner and by a new one.
+    // sequence drafted again, by that learner and by a new one. Its file is the one
+    // proposed, which the new learner knows from the log: it is neither looked up nor
+    // validated again.
     board_sessions(&board, &agent, 6, 2, &tools).await;
     projections.catch_up_all().await.expect("catch up");
     let grown = fresh
         .propose("test", chrono::Utc::now())
         .await
         .expect("propose");
-    assert_eq!((grown.scopes, grown.drafted), (1, 1), "{grown:?}");
+    assert_eq!(
+        (grown.scopes, grown.drafted, grown.checked),
+        (1, 1, 0),
+        "{grown:?}"
+    );
+    assert!(grown.proposed.is_empty(), "{grown:?}");
     let quiet = fresh
         .propose("test", chrono::Utc::now())
         .await
@@ -942,9 +949,9 @@ async fn a_tool_named_with_the_separator_is_learned_and_a_quiet_round_proposes_n
         .await
         .expect("propose");
     assert_eq!(
-        (varied.drafted, varied.proposed.len()),
-        (1, 1),
-        "a new file is proposed: {varied:?}"
+        (varied.drafted, varied.checked, varied.proposed.len()),
+        (1, 1, 1),
+        "a new file is checked and proposed: {varied:?}"
     );
     projections.catch_up_all().await.expect("catch up");
     let proposed = learner
