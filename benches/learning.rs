@@ -600,7 +600,36 @@ async fn main() {
     // Mining live at a steady rate.
     let live = live_lag(&store, a.rate, a.seconds, tasks).await;
     println!("{live}");
+    println!("{}", patterns_table(&store).await);
     server.shutdown().await.expect("stop");
+}
+
+/// The size of the patterns' table after all this, and how many of its updates
+/// stayed on their page (Postgres' statistics, which lag by up to a second or so).
+async fn patterns_table(store: &EventStore) -> String {
+    let rows = store
+        .query_rows(
+            "SELECT n_live_tup AS rows, pg_relation_size(relid) AS heap, n_tup_upd AS updates, \
+                    n_tup_hot_upd AS hot \
+               FROM pg_stat_user_tables WHERE relname LIKE 'tool_patterns_g%'",
+            &[],
+        )
+        .await
+        .expect("the patterns' table statistics");
+    let mut out = String::from(
+        "| `tool_patterns` at the end | rows | heap | updates | of them on their page (HOT) |\n|---|---:|---:|---:|---:|\n",
+    );
+    for row in rows {
+        let n = |k: &str| row.get(k).and_then(|v| v.as_i64()).unwrap_or(0);
+        out.push_str(&format!(
+            "| | {} | {:.1} MB | {} | {:.1} % |\n",
+            n("rows"),
+            n("heap") as f64 / 1_048_576.0,
+            n("updates"),
+            100.0 * n("hot") as f64 / n("updates").max(1) as f64
+        ));
+    }
+    out
 }
 
 /// Each projection rebuilt alone from 0 over the history: where mining's time goes.

@@ -40,8 +40,12 @@ CREATE TABLE {tool_patterns} (
     -- the log position of the batch that last wrote the row
     changed      BIGINT NOT NULL DEFAULT 0
 );
-CREATE INDEX {tool_patterns}_support ON {tool_patterns} (scope, successes);
-CREATE INDEX {tool_patterns}_changed ON {tool_patterns} (changed);
+-- Only columns that never change are indexed: an update that changes no indexed
+-- column can stay on its page (Postgres' HOT update, with the room the projection
+-- leaves in each page), so the rows rewritten on every occurrence do not grow the
+-- table by a version each. The learner's rounds read `changed` and `successes` by
+-- scanning this table, which holds one row per pattern.
+CREATE INDEX {tool_patterns}_scope ON {tool_patterns} (scope);
 
 CREATE TABLE {tool_runs} (
     run_id       TEXT PRIMARY KEY,

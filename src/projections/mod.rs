@@ -85,6 +85,14 @@ pub trait Projection: Send + Sync {
     fn tables(&self) -> &'static [&'static str];
     /// The stream types it reads (empty: every event).
     fn stream_types(&self) -> Vec<StreamType>;
+    /// Its tables whose rows are rewritten in place over and over (counters no index
+    /// covers). On Postgres each is created with room left in its pages, so an update
+    /// that changes no indexed column stays on its page (a HOT update) and the page's
+    /// old versions are pruned as it fills, instead of the heap growing by a row
+    /// version per update until vacuum comes by.
+    fn updated_in_place(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Apply a batch of events, in log order.
     async fn apply(
         &self,

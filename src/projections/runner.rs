@@ -780,8 +780,23 @@ pub(super) async fn create_generation(
         .replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ")
         .replace("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ");
     tx.execute_batch(&ddl).await?;
+    if tx.is_postgres() {
+        for t in p.updated_in_place() {
+            tx.execute(
+                &format!(
+                    "ALTER TABLE {t}_g{generation} SET (fillfactor = {UPDATED_IN_PLACE_FILL})"
+                ),
+                &[],
+            )
+            .await?;
+        }
+    }
     Ok(())
 }
+
+/// How full (percent) Postgres fills the pages of a table updated in place: the rest
+/// is room for the next versions of the rows on each page.
+const UPDATED_IN_PLACE_FILL: u8 = 50;
 
 pub(super) async fn drop_generation(
     tx: &mut StoreTx,
