@@ -12,6 +12,9 @@
 //! Two processes' miners taking turns over one log (each keeping its own cache of
 //! pattern details) leave the rows a rebuild from position 0 makes.
 //!
+//! Calls spread past the window (a team's sessions three minutes between calls) are
+//! not learned, live or rebuilt, while the same sequence done quickly is.
+//!
 //! And through the server alone: agents report their calls over MCP, the server's
 //! learner proposes without being asked, the inbox, decisions and suggestions over REST
 //! and MCP answer each token with its own team's learning, an agent token cannot
@@ -35,6 +38,7 @@ on_both_stores!(worker_threads = 2;
     two_miners_taking_turns_mine_what_one_rebuild_does,
     a_tool_named_with_the_separator_is_learned_and_a_quiet_round_proposes_nothing,
     pattern_counters_are_rewritten_in_place,
+    calls_spread_past_the_window_are_not_learned,
 );
 
 const LIMIT: u64 = 60;
@@ -1048,4 +1052,131 @@ async fn pattern_counters_are_rewritten_in_place(backend: Backend) {
     if backend == Backend::Postgres {
         assert_eq!(options, "fillfactor=50", "room left in each page");
     }
+}
+
+/// The same three calls, done six times by two teams' agents: one team does each
+/// session within a minute, the other three minutes apart (six minutes a session,
+/// past the default five-minute window). Only the first is learned, live and by a
+/// rebuild from 0.
+async fn calls_spread_past_the_window_are_not_learned(backend: Backend) {
+    use awl::board::{Board, BoardConfig, Caller, NewTask, ToolCall};
+    use awl::domain::workspace::Capabilities;
+    use awl::learning::{LearnConfig, Learner, Viewer};
+    use awl::projections::Projections;
+    let t = TestStore::new(backend).await;
+    let clock = awl::clock::ManualClock::new(chrono::Utc::now());
+    let board = Board::open(t.store.clone(), clock.clock(), BoardConfig::default())
+        .await
+        .expect("board");
+    let agent = awl::domain::ids::AgentId::try_from("miner").expect("an id");
+    board
+        .register(
+            agent.clone(),
+            Capabilities::new(["mine"]),
+            None,
+            &Caller::Agent(agent.clone()),
+        )
+        .await
+        .expect("register");
+    let ops = Caller::User("ops".into());
+    for (scope, apart) in [("team:quick", 20), ("team:slow", 180)] {
+        for i in 0..6 {
+            board
+                .send(
+                    NewTask {
+                        prompt: format!("{scope} session {i}"),
+                        capabilities: Capabilities::new(["mine"]),
+                        ..NewTask::default()
+                    },
+                    &ops,
+                    None,
+                )
+                .await
+                .expect("send");
+            let got = board
+                .wait_for_prompt(&agent, Some(std::time::Duration::from_secs(2)))
+                .await
+                .expect("wait")
+                .expect("a task");
+            let id = got.task_id.to_string().parse().expect("a task id");
+            board.ack(id, &agent).await.expect("ack");
+            for tool in ["search", "fetch", "label"] {
+                clock.advance(chrono::Duration::seconds(apart));
+                let call = ToolCall {
+                    name: tool.to_string(),
+                    parameters: json!({"ticket": format!("T-{i}")}),
+                    output: Some(json!({"ticket": format!("T-{i}")})),
+                    duration_ms: 5,
+                    success: true,
+                    scope: Some(scope.into()),
+                };
+                board.tool_call(id, &agent, call).await.expect("report");
+            }
+            board
+                .complete(id, json!({}), &Caller::Agent(agent.clone()))
+                .await
+                .expect("complete");
+            clock.advance(chrono::Duration::minutes(30));
+        }
+    }
+    let projections = Projections::new(t.store.clone());
+    projections.prepare().await.expect("prepare");
+    projections.catch_up_all().await.expect("catch up");
+    let learner = Learner::new(t.store.clone(), LearnConfig::default());
+    let scopes_proposed = async || {
+        let report = learner
+            .propose("test", chrono::Utc::now())
+            .await
+            .expect("propose");
+        projections.catch_up_all().await.expect("catch up");
+        let proposals = learner
+            .proposals(&Viewer::All, None)
+            .await
+            .expect("proposals");
+        (
+            report,
+            proposals
+                .iter()
+                .map(|p| (p.scope.clone(), p.tools.join(" > ")))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (report, proposed) = scopes_proposed().await;
+    assert_eq!(
+        proposed,
+        [(
+            "team:quick".to_string(),
+            "search > fetch > label".to_string()
+        )],
+        "{report:?}"
+    );
+    // No three of a slow session's calls fall within one window: no pattern at all.
+    let slow = t
+        .store
+        .query_rows(
+            "SELECT count(*) AS n FROM tool_patterns WHERE scope = ?",
+            &[awl::store::rows::Param::from("team:slow")],
+        )
+        .await
+        .expect("patterns");
+    assert_eq!(slow[0]["n"].as_i64(), Some(0), "{slow:?}");
+    projections
+        .rebuild("learning", &|_, _| {})
+        .await
+        .expect("rebuild");
+    let rebuilt = t
+        .store
+        .query_rows(
+            "SELECT scope, signature, executions FROM tool_patterns ORDER BY pattern_key",
+            &[],
+        )
+        .await
+        .expect("patterns");
+    assert_eq!(
+        rebuilt.len(),
+        1,
+        "one pattern, the quick team's: {rebuilt:?}"
+    );
+    assert_eq!(rebuilt[0]["scope"], "team:quick");
+    assert_eq!(rebuilt[0]["executions"].as_i64(), Some(6));
 }
