@@ -354,11 +354,9 @@ impl PgBackend {
         limit: i64,
         filter: &EventFilter,
     ) -> Result<(Vec<RawEvent>, i64), StoreError> {
-        let head = self.head().await?;
-        if head <= after {
-            return Ok((Vec::new(), after));
-        }
-        let upper = plan::scan_upper_bound(after, limit, head, filter);
+        // The window's end before the head is known: the head is read in the page's
+        // own statement (one round trip a page, not two), and bounds it there.
+        let window_end = plan::scan_upper_bound(after, limit, i64::MAX, filter);
         // The hot log's page, with the archive's reach (the highest position it
         // holds, migration 0016) read in the same snapshot. Only when the archive
         // reaches past `after` (a rebuild, or a tail far behind) is the page read
@@ -378,30 +376,35 @@ impl PgBackend {
                AND ($5::text[] IS NULL OR event_type = ANY($5)) \
                AND ($6::timestamptz IS NULL OR recorded_at >= $6) \
                AND ($7::timestamptz IS NULL OR recorded_at < $7)";
-        let window = |table: &str| {
+        let window = |table: &str, upper: &str| {
             format!(
                 "SELECT {{COLUMNS}} FROM (SELECT {{COLUMNS}} FROM {table} \
-                   WHERE position > $1 AND position <= $2 OFFSET 0) AS w \
+                   WHERE position > $1 AND position <= {upper} OFFSET 0) AS w \
                   WHERE {FILTER} ORDER BY position LIMIT $8"
             )
         };
+        // The page's one driving row carries the archive's reach and the head, read
+        // in the page's snapshot: the window ends at the head or `$2`, whichever is
+        // first.
         let hot = const_format(&format!(
-            "SELECT {QUALIFIED}, r.last_position \
+            "SELECT {QUALIFIED}, r.last_position, h.head \
                FROM events_archive_reach r \
+              CROSS JOIN (SELECT COALESCE((SELECT position FROM events \
+                                           ORDER BY position DESC LIMIT 1), 0) AS head) AS h \
                LEFT JOIN LATERAL ({}) AS e ON TRUE \
               ORDER BY e.position",
-            window("events")
+            window("events", "LEAST($2, h.head)")
         ));
         let both = const_format(&format!(
             "({}) UNION ALL ({}) ORDER BY position LIMIT $8",
-            window("events"),
-            window("events_archive")
+            window("events", "$2"),
+            window("events_archive", "$2")
         ));
         let stream_types: Option<Vec<&str>> = (!filter.stream_types.is_empty())
             .then(|| filter.stream_types.iter().map(|t| t.as_str()).collect());
         let event_types: Option<&Vec<String>> =
             (!filter.event_types.is_empty()).then_some(&filter.event_types);
-        let read = |sql: String| {
+        let read = |sql: String, upper: i64| {
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(after)
                 .bind(upper)
@@ -414,13 +417,21 @@ impl PgBackend {
                 .fetch_all(&self.pool)
         };
         let failed = || StoreError::db(format!("reading the log after position {after}"));
-        let rows = read(hot).await.map_err(failed())?;
-        let reach: Option<i64> = match rows.first() {
-            Some(row) => row.try_get(9).map_err(failed())?,
-            None => None,
+        let rows = read(hot, window_end).await.map_err(failed())?;
+        let (reach, head): (Option<i64>, i64) = match rows.first() {
+            Some(row) => (
+                row.try_get(9).map_err(failed())?,
+                row.try_get(10).map_err(failed())?,
+            ),
+            // No reach row (it is made by migration 0016): read the head alone.
+            None => (None, self.head().await?),
         };
+        if head <= after {
+            return Ok((Vec::new(), after));
+        }
+        let upper = window_end.min(head);
         let events = if reach.is_none_or(|reach| reach > after) {
-            let rows = read(both).await.map_err(failed())?;
+            let rows = read(both, upper).await.map_err(failed())?;
             rows.iter().map(raw_event).collect::<Result<Vec<_>, _>>()?
         } else {
             let mut events = Vec::with_capacity(rows.len());
