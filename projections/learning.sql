@@ -14,6 +14,7 @@ CREATE TABLE {tool_calls} (
 CREATE INDEX {tool_calls}_session ON {tool_calls} (session, position);
 CREATE INDEX {tool_calls}_scope ON {tool_calls} (scope, at);
 
+-- The recent calls of each session in progress (deleted when its task or run ends).
 CREATE TABLE {tool_tails} (
     session      TEXT PRIMARY KEY,
     calls        TEXT NOT NULL

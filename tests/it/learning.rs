@@ -39,6 +39,7 @@ on_both_stores!(worker_threads = 2;
     a_tool_named_with_the_separator_is_learned_and_a_quiet_round_proposes_nothing,
     pattern_counters_are_rewritten_in_place,
     calls_spread_past_the_window_are_not_learned,
+    a_session_keeps_its_tail_until_it_ends,
 );
 
 const LIMIT: u64 = 60;
@@ -682,11 +683,24 @@ async fn the_calls_of_workflow_runs_are_learned_too(backend: Backend) {
     let stderr = String::from_utf8_lossy(&output.stderr).to_string();
     assert!(output.status.success(), "{stderr}");
 
-    // Rebuilt from position 0, the same.
+    // Rebuilt from position 0, the same; every run has finished, so no session's
+    // tail is kept.
     let before = awl.ok(&["learn", "list", "--json"]).await;
     awl.ok(&["projections", "rebuild"]).await;
     assert_eq!(before, awl.ok(&["learn", "list", "--json"]).await);
+    assert_eq!(tails(&t).await, Vec::<String>::new());
     drop(server);
+}
+
+/// The sessions whose tails the learning projection keeps.
+async fn tails(t: &TestStore) -> Vec<String> {
+    t.store
+        .query_rows("SELECT session FROM tool_tails ORDER BY session", &[])
+        .await
+        .expect("tails")
+        .iter()
+        .filter_map(|r| r.get("session").and_then(|s| s.as_str()).map(String::from))
+        .collect()
 }
 
 /// Board sessions of one agent, each a call of each of `tools` whose arguments vary
@@ -1179,4 +1193,86 @@ async fn calls_spread_past_the_window_are_not_learned(backend: Backend) {
     );
     assert_eq!(rebuilt[0]["scope"], "team:quick");
     assert_eq!(rebuilt[0]["executions"].as_i64(), Some(6));
+}
+
+/// A task's recent calls are kept while it is going (a later call may extend them into
+/// a sequence) and dropped when it ends, live and by a rebuild: the table holds the
+/// sessions in progress, not one row per task ever done.
+async fn a_session_keeps_its_tail_until_it_ends(backend: Backend) {
+    use awl::board::{Caller, NewTask, ToolCall};
+    use awl::domain::workspace::Capabilities;
+    use awl::projections::Projections;
+    let t = TestStore::new(backend).await;
+    let (board, agent) = miner_board(&t).await;
+    let projections = Projections::new(t.store.clone());
+    projections.prepare().await.expect("prepare");
+    board_sessions(&board, &agent, 0, 3, &["search", "fetch", "label"]).await;
+    let ops = Caller::User("ops".into());
+    board
+        .send(
+            NewTask {
+                prompt: "still going".into(),
+                capabilities: Capabilities::new(["mine"]),
+                ..NewTask::default()
+            },
+            &ops,
+            None,
+        )
+        .await
+        .expect("send");
+    let got = board
+        .wait_for_prompt(&agent, Some(std::time::Duration::from_secs(2)))
+        .await
+        .expect("wait")
+        .expect("a task");
+    let id = got.task_id.to_string().parse().expect("a task id");
+    board.ack(id, &agent).await.expect("ack");
+    for tool in ["search", "fetch"] {
+        let call = ToolCall {
+            name: tool.into(),
+            parameters: json!({"ticket": "T-going"}),
+            output: None,
+            duration_ms: 5,
+            success: true,
+            scope: Some("team:miners".into()),
+        };
+        board.tool_call(id, &agent, call).await.expect("report");
+    }
+    projections.catch_up_all().await.expect("catch up");
+    let going = vec![format!("task:{}", got.task_id)];
+    assert_eq!(tails(&t).await, going, "only the task still going");
+    projections
+        .rebuild("learning", &|_, _| {})
+        .await
+        .expect("rebuild");
+    assert_eq!(tails(&t).await, going, "a rebuild keeps the same");
+    // Its third call ends a sequence with the two before it, which the tail kept.
+    let call = ToolCall {
+        name: "label".into(),
+        parameters: json!({"ticket": "T-going"}),
+        output: None,
+        duration_ms: 5,
+        success: true,
+        scope: Some("team:miners".into()),
+    };
+    board.tool_call(id, &agent, call).await.expect("report");
+    board
+        .complete(id, json!({}), &Caller::Agent(agent.clone()))
+        .await
+        .expect("complete");
+    projections.catch_up_all().await.expect("catch up");
+    assert_eq!(tails(&t).await, Vec::<String>::new(), "every task ended");
+    let executions = t
+        .store
+        .query_rows(
+            "SELECT executions FROM tool_patterns WHERE signature = ?",
+            &[awl::store::rows::Param::from("search > fetch > label")],
+        )
+        .await
+        .expect("patterns");
+    assert_eq!(
+        executions[0]["executions"].as_i64(),
+        Some(4),
+        "{executions:?}"
+    );
 }

@@ -3,7 +3,9 @@
 //! awl (a declared tool, shell, http, database or sub-workflow step: see [`runs`]),
 //! and the tool sequences mined from them as they arrive (`tool_patterns`), with each
 //! session's recent calls (`tool_tails`) so that mining is incremental: a batch reads
-//! the tails of its sessions and the patterns it touches, never the log again.
+//! the tails of its sessions and the patterns it touches, never the log again. A
+//! session's tail goes when its task or run ends, so that table holds the sessions in
+//! progress.
 //!
 //! The mining itself is `domain::learning` (pure). The window and sequence lengths
 //! shape these rows, so they are part of the projection's version: changing
@@ -125,6 +127,48 @@ impl Projection for Learning {
     }
 
     async fn apply(
+        &self,
+        w: &mut Writer<'_>,
+        events: &[RecordedEvent],
+    ) -> Result<(), ProjectionError> {
+        self.mine(w, events).await?;
+        forget_ended_sessions(w, events).await
+    }
+}
+
+/// The session a task's or run's last event ends: no call can join it after that (a
+/// finished task or run takes no more events), so its tail is of no more use.
+fn ended_session(e: &RecordedEvent) -> Option<String> {
+    let prefix = match (e.stream.kind, e.event_type.as_str()) {
+        (StreamType::Task, "task.completed" | "task.failed" | "task.cancelled") => "task",
+        (StreamType::Run, "run.completed" | "run.failed" | "run.cancelled") => "run",
+        _ => return None,
+    };
+    Some(format!("{prefix}:{}", e.stream.id))
+}
+
+/// Drop the tails of the sessions that ended in this batch (after this batch's calls
+/// wrote them): `tool_tails` holds the sessions still going, not one row per task and
+/// run ever done.
+async fn forget_ended_sessions(
+    w: &mut Writer<'_>,
+    events: &[RecordedEvent],
+) -> Result<(), ProjectionError> {
+    let ended: Vec<String> = events.iter().filter_map(ended_session).collect();
+    for chunk in ended.chunks(500) {
+        let sql = format!(
+            "DELETE FROM {{tool_tails}} WHERE session IN ({})",
+            vec!["?"; chunk.len()].join(", ")
+        );
+        let params: Vec<Param> = chunk.iter().map(|s| Param::from(s.clone())).collect();
+        w.execute(&sql, &params).await?;
+    }
+    Ok(())
+}
+
+impl Learning {
+    /// Record this batch's calls and the sequences they end.
+    async fn mine(
         &self,
         w: &mut Writer<'_>,
         events: &[RecordedEvent],
