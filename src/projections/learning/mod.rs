@@ -11,7 +11,7 @@
 //! shape these rows, so they are part of the projection's version: changing
 //! `AWL_LEARN_WINDOW_SECONDS` rebuilds it from position 0 at the next start.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -131,8 +131,9 @@ impl Projection for Learning {
         w: &mut Writer<'_>,
         events: &[RecordedEvent],
     ) -> Result<(), ProjectionError> {
-        self.mine(w, events).await?;
-        forget_ended_sessions(w, events).await
+        let ended: BTreeSet<String> = events.iter().filter_map(ended_session).collect();
+        self.mine(w, events, &ended).await?;
+        forget_sessions(w, &ended).await
     }
 }
 
@@ -147,31 +148,33 @@ fn ended_session(e: &RecordedEvent) -> Option<String> {
     Some(format!("{prefix}:{}", e.stream.id))
 }
 
-/// Drop the tails of the sessions that ended in this batch (after this batch's calls
-/// wrote them): `tool_tails` holds the sessions still going, not one row per task and
-/// run ever done.
-async fn forget_ended_sessions(
+/// Drop the stored tails of the sessions that ended in this batch (the batch itself
+/// writes none of theirs): `tool_tails` holds the sessions still going, not one row
+/// per task and run ever done.
+async fn forget_sessions(
     w: &mut Writer<'_>,
-    events: &[RecordedEvent],
+    ended: &BTreeSet<String>,
 ) -> Result<(), ProjectionError> {
-    let ended: Vec<String> = events.iter().filter_map(ended_session).collect();
+    let ended: Vec<&String> = ended.iter().collect();
     for chunk in ended.chunks(500) {
         let sql = format!(
             "DELETE FROM {{tool_tails}} WHERE session IN ({})",
             vec!["?"; chunk.len()].join(", ")
         );
-        let params: Vec<Param> = chunk.iter().map(|s| Param::from(s.clone())).collect();
+        let params: Vec<Param> = chunk.iter().map(|s| Param::from((*s).clone())).collect();
         w.execute(&sql, &params).await?;
     }
     Ok(())
 }
 
 impl Learning {
-    /// Record this batch's calls and the sequences they end.
+    /// Record this batch's calls and the sequences they end; keep the tails of the
+    /// sessions that go on past it (not those in `ended`).
     async fn mine(
         &self,
         w: &mut Writer<'_>,
         events: &[RecordedEvent],
+        ended: &BTreeSet<String>,
     ) -> Result<(), ProjectionError> {
         let mut calls: Vec<Observed> = Vec::new();
         if events.iter().any(runs::reads) {
@@ -204,6 +207,7 @@ impl Learning {
                 ));
             }
         }
+        tails.retain(|session, _| !ended.contains(session));
         write_tails(w, &tails).await?;
         if found.is_empty() {
             return Ok(());
