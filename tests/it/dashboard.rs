@@ -79,6 +79,11 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
         ),
     )
     .unwrap();
+    let shots = format!("{root}/target/screenshots/{backend:?}").to_lowercase();
+    std::fs::create_dir_all(&shots).unwrap();
+    // The server's log beside the screenshots: a failed check shows its end.
+    let serve_log = format!("{shots}/serve.log");
+    let log_file = std::fs::File::create(&serve_log).expect("create the server's log");
     let mut serve = awl
         .command(&[
             "serve",
@@ -91,13 +96,11 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
         ])
         .env("AWL_AGENTS_DIR", &agents_dir)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log_file)
         .spawn()
         .expect("start awl serve");
     Api::at(url.clone()).wait_healthy(30).await;
 
-    let shots = format!("{root}/target/screenshots/{backend:?}").to_lowercase();
-    std::fs::create_dir_all(&shots).unwrap();
     let output = within(
         // Each of the script's waits has its own limit; this one only stops a hang.
         420,
@@ -115,13 +118,18 @@ async fn the_dashboard_follows_a_run_and_approves_its_gate(backend: Backend) {
     .await
     .expect("run node");
     let _ = serve.start_kill();
-    assert!(
-        output.status.success(),
-        "the dashboard test failed ({}):\n{}{}\n(screenshots in {shots})",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    if !output.status.success() {
+        let log = std::fs::read_to_string(&serve_log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+        panic!(
+            "the dashboard test failed ({}):\n{}{}\n(screenshots in {shots})\n\
+             the server's log, last 40 lines:\n{tail}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
     assert!(std::path::Path::new(&format!("{shots}/run-finished.png")).exists());
     assert!(std::path::Path::new(&format!("{shots}/learned-decided.png")).exists());
     assert!(std::path::Path::new(&format!("{shots}/models.png")).exists());
