@@ -406,39 +406,37 @@ impl Learner {
         let rows = self
             .store
             .query_rows(
-                "SELECT scope, tools, max(executions) AS executions FROM proposals GROUP BY scope, tools",
+                "SELECT scope, tools, executions, definition FROM proposals",
                 &[],
             )
             .await?;
-        let files = self
-            .store
-            .query_rows("SELECT scope, tools, definition FROM proposals", &[])
-            .await?;
+        // The most executions any proposal of each pattern records.
+        let mut most: std::collections::HashMap<String, u64> = Default::default();
         let mut known = self.known();
-        for row in &files {
-            let (Some(scope), Some(tools), Some(definition)) = (
+        for row in &rows {
+            let (Some(scope), Some(tools)) = (
                 text(row, "scope"),
                 text(row, "tools").and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok()),
-                text(row, "definition").and_then(|d| serde_json::from_str::<Value>(&d).ok()),
             ) else {
                 continue;
             };
-            known.insert(file_key(&scope, &tools, &definition));
+            if let Some(definition) =
+                text(row, "definition").and_then(|d| serde_json::from_str::<Value>(&d).ok())
+            {
+                known.insert(file_key(&scope, &tools, &definition));
+            }
+            if let Some(executions) = int(row, "executions").and_then(|e| u64::try_from(e).ok()) {
+                let key = crate::projections::pattern_key(
+                    &scope,
+                    &crate::domain::learning::signature(&tools),
+                );
+                let seen = most.entry(key).or_default();
+                *seen = (*seen).max(executions);
+            }
         }
         drop(known);
         let mut drafted = self.drafted();
-        for row in &rows {
-            let (Some(scope), Some(tools), Some(executions)) = (
-                text(row, "scope"),
-                text(row, "tools").and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok()),
-                int(row, "executions").and_then(|e| u64::try_from(e).ok()),
-            ) else {
-                continue;
-            };
-            let key = crate::projections::pattern_key(
-                &scope,
-                &crate::domain::learning::signature(&tools),
-            );
+        for (key, executions) in most {
             drafted.entry(key).or_insert(Drafted {
                 executions,
                 detailed: None,

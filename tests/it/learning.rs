@@ -724,23 +724,9 @@ async fn board_sessions_in(
     tools: &[&str],
     queue: &str,
 ) {
-    use awl::board::{Caller, NewTask, ToolCall};
-    use awl::domain::workspace::Capabilities;
-    let ops = Caller::User("ops".into());
+    use awl::board::{Caller, ToolCall};
     for i in from..from + n {
-        let request = NewTask {
-            prompt: format!("session {i}"),
-            capabilities: Capabilities::new(["mine"]),
-            ..NewTask::default()
-        };
-        board.send(request, &ops, None).await.expect("send");
-        let got = board
-            .wait_for_prompt(agent, Some(std::time::Duration::from_secs(2)))
-            .await
-            .expect("wait")
-            .expect("a task");
-        let id = got.task_id.to_string().parse().expect("a task id");
-        board.ack(id, agent).await.expect("ack");
+        let id = start_task(board, agent, &format!("session {i}")).await;
         let ticket = format!("T-{}", i % 7);
         for (k, tool) in tools.iter().enumerate() {
             let call = ToolCall {
@@ -763,15 +749,19 @@ async fn board_sessions_in(
 
 /// A board on the test's store with one registered agent, `miner`, able to `mine`.
 async fn miner_board(t: &TestStore) -> (awl::board::Board, awl::domain::ids::AgentId) {
+    miner_board_on(t, awl::clock::system_clock()).await
+}
+
+/// As [`miner_board`], on `clock`.
+async fn miner_board_on(
+    t: &TestStore,
+    clock: awl::clock::Clock,
+) -> (awl::board::Board, awl::domain::ids::AgentId) {
     use awl::board::{Board, BoardConfig, Caller};
     use awl::domain::workspace::Capabilities;
-    let board = Board::open(
-        t.store.clone(),
-        awl::clock::system_clock(),
-        BoardConfig::default(),
-    )
-    .await
-    .expect("board");
+    let board = Board::open(t.store.clone(), clock, BoardConfig::default())
+        .await
+        .expect("board");
     let agent = awl::domain::ids::AgentId::try_from("miner").expect("an id");
     board
         .register(
@@ -783,6 +773,45 @@ async fn miner_board(t: &TestStore) -> (awl::board::Board, awl::domain::ids::Age
         .await
         .expect("register");
     (board, agent)
+}
+
+/// A task sent by `ops` that `agent` (of [`miner_board`]) takes and acks.
+async fn start_task(
+    board: &awl::board::Board,
+    agent: &awl::domain::ids::AgentId,
+    prompt: &str,
+) -> awl::domain::ids::TaskId {
+    use awl::board::{Caller, NewTask};
+    use awl::domain::workspace::Capabilities;
+    let request = NewTask {
+        prompt: prompt.to_string(),
+        capabilities: Capabilities::new(["mine"]),
+        ..NewTask::default()
+    };
+    board
+        .send(request, &Caller::User("ops".into()), None)
+        .await
+        .expect("send");
+    let got = board
+        .wait_for_prompt(agent, Some(std::time::Duration::from_secs(2)))
+        .await
+        .expect("wait")
+        .expect("a task");
+    let id = got.task_id.to_string().parse().expect("a task id");
+    board.ack(id, agent).await.expect("ack");
+    id
+}
+
+/// A successful call of `tool` about `ticket`, reported in `scope`.
+fn ticket_call(tool: &str, ticket: &str, scope: &str) -> awl::board::ToolCall {
+    awl::board::ToolCall {
+        name: tool.to_string(),
+        parameters: json!({"ticket": ticket}),
+        output: Some(json!({"ticket": ticket})),
+        duration_ms: 5,
+        success: true,
+        scope: Some(scope.to_string()),
+    }
 }
 
 async fn two_miners_taking_turns_mine_what_one_rebuild_does(backend: Backend) {
@@ -1073,57 +1102,18 @@ async fn pattern_counters_are_rewritten_in_place(backend: Backend) {
 /// past the default five-minute window). Only the first is learned, live and by a
 /// rebuild from 0.
 async fn calls_spread_past_the_window_are_not_learned(backend: Backend) {
-    use awl::board::{Board, BoardConfig, Caller, NewTask, ToolCall};
-    use awl::domain::workspace::Capabilities;
+    use awl::board::Caller;
     use awl::learning::{LearnConfig, Learner, Viewer};
     use awl::projections::Projections;
     let t = TestStore::new(backend).await;
     let clock = awl::clock::ManualClock::new(chrono::Utc::now());
-    let board = Board::open(t.store.clone(), clock.clock(), BoardConfig::default())
-        .await
-        .expect("board");
-    let agent = awl::domain::ids::AgentId::try_from("miner").expect("an id");
-    board
-        .register(
-            agent.clone(),
-            Capabilities::new(["mine"]),
-            None,
-            &Caller::Agent(agent.clone()),
-        )
-        .await
-        .expect("register");
-    let ops = Caller::User("ops".into());
+    let (board, agent) = miner_board_on(&t, clock.clock()).await;
     for (scope, apart) in [("team:quick", 20), ("team:slow", 180)] {
         for i in 0..6 {
-            board
-                .send(
-                    NewTask {
-                        prompt: format!("{scope} session {i}"),
-                        capabilities: Capabilities::new(["mine"]),
-                        ..NewTask::default()
-                    },
-                    &ops,
-                    None,
-                )
-                .await
-                .expect("send");
-            let got = board
-                .wait_for_prompt(&agent, Some(std::time::Duration::from_secs(2)))
-                .await
-                .expect("wait")
-                .expect("a task");
-            let id = got.task_id.to_string().parse().expect("a task id");
-            board.ack(id, &agent).await.expect("ack");
+            let id = start_task(&board, &agent, &format!("{scope} session {i}")).await;
             for tool in ["search", "fetch", "label"] {
                 clock.advance(chrono::Duration::seconds(apart));
-                let call = ToolCall {
-                    name: tool.to_string(),
-                    parameters: json!({"ticket": format!("T-{i}")}),
-                    output: Some(json!({"ticket": format!("T-{i}")})),
-                    duration_ms: 5,
-                    success: true,
-                    scope: Some(scope.into()),
-                };
+                let call = ticket_call(tool, &format!("T-{i}"), scope);
                 board.tool_call(id, &agent, call).await.expect("report");
             }
             board
@@ -1199,47 +1189,20 @@ async fn calls_spread_past_the_window_are_not_learned(backend: Backend) {
 /// a sequence) and dropped when it ends, live and by a rebuild: the table holds the
 /// sessions in progress, not one row per task ever done.
 async fn a_session_keeps_its_tail_until_it_ends(backend: Backend) {
-    use awl::board::{Caller, NewTask, ToolCall};
-    use awl::domain::workspace::Capabilities;
+    use awl::board::Caller;
     use awl::projections::Projections;
     let t = TestStore::new(backend).await;
     let (board, agent) = miner_board(&t).await;
     let projections = Projections::new(t.store.clone());
     projections.prepare().await.expect("prepare");
     board_sessions(&board, &agent, 0, 3, &["search", "fetch", "label"]).await;
-    let ops = Caller::User("ops".into());
-    board
-        .send(
-            NewTask {
-                prompt: "still going".into(),
-                capabilities: Capabilities::new(["mine"]),
-                ..NewTask::default()
-            },
-            &ops,
-            None,
-        )
-        .await
-        .expect("send");
-    let got = board
-        .wait_for_prompt(&agent, Some(std::time::Duration::from_secs(2)))
-        .await
-        .expect("wait")
-        .expect("a task");
-    let id = got.task_id.to_string().parse().expect("a task id");
-    board.ack(id, &agent).await.expect("ack");
+    let id = start_task(&board, &agent, "still going").await;
     for tool in ["search", "fetch"] {
-        let call = ToolCall {
-            name: tool.into(),
-            parameters: json!({"ticket": "T-going"}),
-            output: None,
-            duration_ms: 5,
-            success: true,
-            scope: Some("team:miners".into()),
-        };
+        let call = ticket_call(tool, "T-going", "team:miners");
         board.tool_call(id, &agent, call).await.expect("report");
     }
     projections.catch_up_all().await.expect("catch up");
-    let going = vec![format!("task:{}", got.task_id)];
+    let going = vec![format!("task:{id}")];
     assert_eq!(tails(&t).await, going, "only the task still going");
     projections
         .rebuild("learning", &|_, _| {})
@@ -1247,14 +1210,7 @@ async fn a_session_keeps_its_tail_until_it_ends(backend: Backend) {
         .expect("rebuild");
     assert_eq!(tails(&t).await, going, "a rebuild keeps the same");
     // Its third call ends a sequence with the two before it, which the tail kept.
-    let call = ToolCall {
-        name: "label".into(),
-        parameters: json!({"ticket": "T-going"}),
-        output: None,
-        duration_ms: 5,
-        success: true,
-        scope: Some("team:miners".into()),
-    };
+    let call = ticket_call("label", "T-going", "team:miners");
     board.tool_call(id, &agent, call).await.expect("report");
     board
         .complete(id, json!({}), &Caller::Agent(agent.clone()))
