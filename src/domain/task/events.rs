@@ -194,6 +194,10 @@ impl DomainEvent for TaskEvent {
     }
 }
 
+/// The types of the events that end a task (`task.completed`, `task.failed`,
+/// `task.cancelled`): a finished task takes no more events.
+pub const FINISHED_EVENT_TYPES: [&str; 3] = ["task.completed", "task.failed", "task.cancelled"];
+
 /// The workflow step (and which attempt of it) a task was queued for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunStepRef {

@@ -31,7 +31,7 @@ pub use crate::workflow::model::Runner;
 
 pub use commands::{TaskAction, TaskCommand};
 pub use error::TaskError;
-pub use events::{CompletedBy, RequeueReason, RunStepRef, TaskEvent};
+pub use events::{CompletedBy, FINISHED_EVENT_TYPES, RequeueReason, RunStepRef, TaskEvent};
 
 /// Where a task is in its life. A task that was never queued has no status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1427,3 +1427,32 @@ async fn cqrs_es_drives_decide_through_handle() {
     );
     assert_eq!(Task::TYPE, "task");
 }
+
+/// Read models tell finished tasks by these types alone: exactly the events that end a
+/// task carry them.
+#[test]
+fn finished_event_types_are_the_events_that_end_a_task() {
+    use cqrs_es::DomainEvent;
+    let mut seen = Vec::new();
+    for event in every_event() {
+        let ends = matches!(
+            event,
+            TaskEvent::Completed { .. } | TaskEvent::Failed { .. } | TaskEvent::Cancelled { .. }
+        );
+        let kind = event.event_type();
+        assert_eq!(
+            FINISHED_EVENT_TYPES.contains(&kind.as_str()),
+            ends,
+            "{kind}"
+        );
+        if ends {
+            seen.push(kind);
+        }
+    }
+    for kind in FINISHED_EVENT_TYPES {
+        assert!(
+            seen.iter().any(|s| s == kind),
+            "{kind} is not an event type"
+        );
+    }
+}

@@ -138,11 +138,13 @@ impl Projection for Learning {
 }
 
 /// The session a task's or run's last event ends: no call can join it after that (a
-/// finished task or run takes no more events), so its tail is of no more use.
+/// finished task takes no more events, a finished run none but `run.derived`), so its
+/// tail is of no more use.
 fn ended_session(e: &RecordedEvent) -> Option<String> {
-    let prefix = match (e.stream.kind, e.event_type.as_str()) {
-        (StreamType::Task, "task.completed" | "task.failed" | "task.cancelled") => "task",
-        (StreamType::Run, "run.completed" | "run.failed" | "run.cancelled") => "run",
+    let kind = e.event_type.as_str();
+    let prefix = match e.stream.kind {
+        StreamType::Task if crate::domain::task::FINISHED_EVENT_TYPES.contains(&kind) => "task",
+        StreamType::Run if crate::domain::run::FINISHED_EVENT_TYPES.contains(&kind) => "run",
         _ => return None,
     };
     Some(format!("{prefix}:{}", e.stream.id))
