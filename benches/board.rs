@@ -5,17 +5,20 @@
 //!   at a time; latency runs from the start of the send request (so it includes the
 //!   send's own commit) to the waiting agent's `wait_for_prompt` returning that task;
 //! - full lifecycles per second: 20 agents doing wait -> ack -> complete while 4
-//!   senders send 4,000 tasks; from the first send to the last completion.
+//!   senders send 4,000 tasks (`--agents`, `--senders` change the load); from the
+//!   first send to the last completion the agents were answered.
 //!
 //! Run it:
 //!
 //!     cargo bench --bench board                     # Postgres and SQLite
 //!     cargo bench --bench board -- --only postgres
+//!     cargo bench --bench board -- --only postgres --lifecycles-only --senders 16 --agents 40
 //!
 //! Postgres comes from AWL_BENCH_DATABASE_URL or DATABASE_URL (an admin URL; each
 //! measurement creates and drops its own database), default the local server.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,65 +30,100 @@ mod support;
 use board_support::{Client, dispatch_latency, send_tasks, setup, spawn_agents};
 
 const LIFECYCLE_TASKS: usize = 4_000;
-const LIFECYCLE_AGENTS: usize = 20;
-const SENDERS: usize = 4;
 
-async fn lifecycles_per_second(kind: &str) -> f64 {
-    let setup = setup(kind, LIFECYCLE_AGENTS).await;
+/// The load of the lifecycle phase: `senders` clients send tasks one after another
+/// while `agents` agents loop wait -> ack -> complete.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    senders: usize,
+    agents: usize,
+}
+
+async fn lifecycles_per_second(kind: &str, load: Load) -> f64 {
+    let setup = setup(kind, load.agents).await;
     let received = Arc::new(Mutex::new(HashMap::new()));
     let got_one = Arc::new(Notify::new());
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let agents = spawn_agents(&setup, received.clone(), got_one, stop.clone());
+    let completed = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let agents = spawn_agents(&setup, received, got_one, completed.clone(), stop.clone());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let senders = (0..SENDERS)
+    let senders = (0..load.senders)
         .map(|_| Client::new(&setup.server, &setup.operator))
         .collect();
     send_tasks(senders, LIFECYCLE_TASKS).await;
-    let store = setup.server.board.store().clone();
+    // Counted by the agents as each `complete` is answered (after its commit): the
+    // clock stops without the measurement itself reading the store.
+    while completed.load(Ordering::Relaxed) < LIFECYCLE_TASKS {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for a in agents {
+        let _ = a.await;
+    }
     let filter = awl::log::EventFilter {
         event_types: vec!["task.completed".into()],
         ..awl::log::EventFilter::default()
     };
-    loop {
-        let completed = store
-            .read_page(0, 100_000, &filter)
-            .await
-            .expect("read")
-            .0
-            .len();
-        if completed >= LIFECYCLE_TASKS {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for a in agents {
-        let _ = a.await;
-    }
+    let recorded = setup
+        .server
+        .board
+        .store()
+        .read_page(0, 100_000, &filter)
+        .await
+        .expect("read")
+        .0
+        .len();
+    assert_eq!(
+        recorded, LIFECYCLE_TASKS,
+        "every task's completion is in the log"
+    );
     setup.server.shutdown().await.expect("shutdown");
     LIFECYCLE_TASKS as f64 / elapsed
+}
+
+fn number(value: Option<String>, flag: &str) -> usize {
+    value
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{flag} takes a number"))
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut only = None;
+    let mut load = Load {
+        senders: 4,
+        agents: 20,
+    };
+    let mut lifecycles_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        if arg == "--only" {
-            only = args.next();
+        match arg.as_str() {
+            "--only" => only = args.next(),
+            "--senders" => load.senders = number(args.next(), "--senders"),
+            "--agents" => load.agents = number(args.next(), "--agents"),
+            "--lifecycles-only" => lifecycles_only = true,
+            _ => {}
         }
     }
+    println!(
+        "lifecycles: {} senders, {} agents",
+        load.senders, load.agents
+    );
     println!("| store | dispatch p50 | dispatch p99 | dispatch max | full lifecycles / s |");
     println!("|---|---|---|---|---|");
     for kind in ["postgres", "sqlite"] {
         if only.as_deref().is_some_and(|o| o != kind) {
             continue;
         }
-        let (p50, p99, max) = dispatch_latency(kind).await;
-        let rate = lifecycles_per_second(kind).await;
+        let (p50, p99, max) = if lifecycles_only {
+            (f64::NAN, f64::NAN, f64::NAN)
+        } else {
+            dispatch_latency(kind).await
+        };
+        let rate = lifecycles_per_second(kind, load).await;
         println!("| {kind} | {p50:.2} ms | {p99:.2} ms | {max:.2} ms | {rate:.0} |");
     }
 }

@@ -3,6 +3,7 @@
 //! HTTP, and the dispatch-latency measurement.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -140,11 +141,13 @@ pub async fn send_tasks(senders: Vec<Client>, tasks: usize) {
 }
 
 /// Agents that wait, ack and complete until `stop`; each received task's id and the
-/// instant its wait returned go to `received`.
+/// instant its wait returned go to `received`, and each completion (once the server
+/// answered it) counts in `completed`.
 pub fn spawn_agents(
     setup: &Setup,
     received: Arc<Mutex<HashMap<String, Instant>>>,
     got_one: Arc<Notify>,
+    completed: Arc<AtomicUsize>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     setup
@@ -155,6 +158,7 @@ pub fn spawn_agents(
             let name = name.clone();
             let received = received.clone();
             let got_one = got_one.clone();
+            let completed = completed.clone();
             let stop = stop.clone();
             tokio::spawn(async move {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -179,6 +183,7 @@ pub fn spawn_agents(
                             json!({"result": {"ok": true}}),
                         )
                         .await;
+                    completed.fetch_add(1, Ordering::Relaxed);
                 }
             })
         })
@@ -191,7 +196,14 @@ pub async fn dispatch_latency(kind: &str) -> (f64, f64, f64) {
     let received = Arc::new(Mutex::new(HashMap::new()));
     let got_one = Arc::new(Notify::new());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let agents = spawn_agents(&setup, received.clone(), got_one.clone(), stop.clone());
+    let completed = Arc::new(AtomicUsize::new(0));
+    let agents = spawn_agents(
+        &setup,
+        received.clone(),
+        got_one.clone(),
+        completed,
+        stop.clone(),
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sender = Client::new(&setup.server, &setup.operator);
     let mut latencies = Vec::with_capacity(DISPATCH_TASKS);
