@@ -189,7 +189,10 @@ impl Worker {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), ExecError> {
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, Report)>();
         let mut held: HashMap<String, Held> = HashMap::new();
-        let mut wake = self.store.subscribe();
+        // Woken when runs may have become due (wake-ups written here, or any commit
+        // of another process), not by every event committed: the board's traffic in
+        // the same process does not make an idle worker claim.
+        let mut wake = self.store.subscribe_runs();
         let mut last_renew = tokio::time::Instant::now();
         let mut stopping = false;
         let mut stopping_since = None;

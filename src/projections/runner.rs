@@ -165,7 +165,9 @@ impl Projections {
         let mut ahead = None;
         loop {
             let step = self.step(&list, limit, ahead.take(), true).await?;
-            if step.moved == 0 {
+            // A page that ended at the head was the last: what commits next wakes
+            // the follower again (reading once more would find nothing).
+            if step.moved == 0 || step.reached_head {
                 return Ok(());
             }
             limit = step.next_limit(limit);
@@ -219,6 +221,7 @@ impl Projections {
                 return Ok(Step {
                     moved: 0,
                     full: false,
+                    reached_head: true,
                     ahead: None,
                 });
             }
@@ -239,6 +242,7 @@ impl Projections {
             tx.rollback().await?;
         };
         let full = events.len() as i64 >= limit;
+        let reached_head = crate::store::reached_head(from, limit, &filter, events.len(), scanned);
         let ahead = (read_ahead && full).then(|| {
             let (store, filter) = (self.store.clone(), filter.clone());
             let next = (limit * 2).min(REBUILD_PAGE);
@@ -285,6 +289,7 @@ impl Projections {
         Ok(Step {
             moved: scanned - from,
             full,
+            reached_head,
             ahead,
         })
     }
@@ -647,6 +652,9 @@ struct Step {
     moved: i64,
     /// Whether the page was full (more events are waiting).
     full: bool,
+    /// Whether the page ended at the head (nothing more was committed when it was
+    /// read).
+    reached_head: bool,
     /// The next page, being read.
     ahead: Option<Ahead>,
 }

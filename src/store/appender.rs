@@ -9,12 +9,15 @@
 //!
 //! Requests in a batch are independent: a conflict refuses only its own request.
 
-use tokio::sync::{mpsc, oneshot, watch};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
 
 use crate::log::{AppendRequest, Appended};
 
 use super::StoreError;
 use super::backend::Backend;
+use super::signals::Signals;
 
 /// Most events written by one group-commit transaction.
 pub const MAX_BATCH_EVENTS: usize = 2_000;
@@ -25,7 +28,7 @@ pub(crate) struct Job {
 }
 
 /// Run the appender until every sender is dropped.
-pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, wake: watch::Sender<u64>) {
+pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, signals: Arc<Signals>) {
     let mut batch: Vec<Job> = Vec::new();
     while let Some(first) = jobs.recv().await {
         let mut events = first.request.events.len();
@@ -43,7 +46,14 @@ pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, wake: w
         let started = std::time::Instant::now();
         let outcome = backend.append_batch(&requests).await;
         crate::telemetry::appended(requests.len(), started.elapsed().as_secs_f64());
-        let wrote = matches!(&outcome, Ok(results) if results.iter().any(Result::is_ok));
+        // The commit's last position: the one its notification carries.
+        let last = match &outcome {
+            Ok(results) => results
+                .iter()
+                .filter_map(|r| r.as_ref().ok().map(|a| a.last_position))
+                .max(),
+            Err(_) => None,
+        };
         match outcome {
             Ok(results) => {
                 for (job, result) in batch.drain(..).zip(results) {
@@ -57,8 +67,9 @@ pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, wake: w
                 }
             }
         }
-        if wrote {
-            wake.send_modify(|n| *n += 1);
+        // No run wake-up is ever written here (only in transactions).
+        if last.is_some() {
+            signals.committed_here(last, false);
         }
     }
 }

@@ -28,6 +28,7 @@ mod rate;
 mod replica;
 pub mod repository;
 pub mod rows;
+mod signals;
 mod sqlite;
 mod tail;
 mod tokens;
@@ -51,6 +52,7 @@ pub use error::StoreError;
 pub use flow::{SlotAnswer, SlotRequest};
 pub use location::{DEFAULT_SQLITE_PATH, StoreLocation, redact};
 pub use partitions::{PartitionsArchived, RunPartition};
+pub(crate) use plan::reached_head;
 pub use replica::ReplicaStatus;
 pub use tail::TAIL_PAGE;
 pub use tokens::TokenRecord;
@@ -91,7 +93,7 @@ struct Inner {
     backend: Backend,
     upcasters: Upcasters,
     jobs: mpsc::Sender<appender::Job>,
-    wake: watch::Sender<u64>,
+    signals: Arc<signals::Signals>,
     tail_poll: Duration,
     listener: OnceCell<AbortHandle>,
     appender: AbortHandle,
@@ -126,14 +128,14 @@ impl EventStore {
             Backend::Sqlite(_) => Duration::from_millis(250),
         });
         let (jobs_tx, jobs_rx) = mpsc::channel(4_096);
-        let (wake, _) = watch::channel(0u64);
-        let appender = tokio::spawn(appender::run(backend.clone(), jobs_rx, wake.clone()));
+        let signals = Arc::new(signals::Signals::new());
+        let appender = tokio::spawn(appender::run(backend.clone(), jobs_rx, signals.clone()));
         Ok(Self {
             inner: Arc::new(Inner {
                 backend,
                 upcasters: options.upcasters,
                 jobs: jobs_tx,
-                wake,
+                signals,
                 tail_poll,
                 listener: OnceCell::new(),
                 appender: appender.abort_handle(),
@@ -191,7 +193,7 @@ impl EventStore {
 
     /// Begin a transaction that can write other rows and append events atomically.
     pub async fn begin(&self) -> Result<StoreTx, StoreError> {
-        let wake = self.inner.wake.clone();
+        let wake = self.inner.signals.clone();
         match &self.inner.backend {
             Backend::Postgres(b) => Ok(StoreTx::postgres(
                 b.pool()
@@ -392,16 +394,28 @@ impl EventStore {
 
     /// A receiver that changes whenever new events may have committed.
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.listen();
+        self.inner.signals.commits()
+    }
+
+    /// A receiver that changes whenever runs may have become due (run wake-ups were
+    /// written here, or anything was committed by another process).
+    pub(crate) fn subscribe_runs(&self) -> watch::Receiver<u64> {
+        self.listen();
+        self.inner.signals.runs()
+    }
+
+    /// Start following other processes' commits, once per store (Postgres).
+    fn listen(&self) {
         if let Backend::Postgres(pg) = &self.inner.backend
             && self.inner.listener.get().is_none()
         {
-            let task = tokio::spawn(pg.clone().listen(self.inner.wake.clone()));
+            let task = tokio::spawn(pg.clone().listen(self.inner.signals.clone()));
             if let Err(e) = self.inner.listener.set(task.abort_handle()) {
                 // Another tail started the listener first; keep that one.
                 drop(e);
                 task.abort();
             }
         }
-        self.inner.wake.subscribe()
     }
 }

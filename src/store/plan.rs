@@ -155,6 +155,21 @@ pub(crate) fn scan_upper_bound(
     after.saturating_add(window).min(head)
 }
 
+/// Whether a page read after `after` with `limit`, which returned `returned` events
+/// and scanned up to `scanned`, ended at the head: its window was cut short by it
+/// and not by its own size or the limit. A follower that got such a page has read
+/// everything committed when it was read, and can wait for the next commit instead
+/// of asking again to find nothing.
+pub(crate) fn reached_head(
+    after: i64,
+    limit: i64,
+    filter: &crate::log::EventFilter,
+    returned: usize,
+    scanned: i64,
+) -> bool {
+    (returned as i64) < limit && scanned < scan_upper_bound(after, limit, i64::MAX, filter)
+}
+
 /// The distinct streams named in a batch, for the version lookup.
 pub(crate) fn distinct_streams<'a>(requests: &[&'a AppendRequest]) -> Vec<&'a StreamRef> {
     let mut seen: Vec<&StreamRef> = requests.iter().map(|r| &r.stream).collect();

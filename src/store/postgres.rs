@@ -14,7 +14,6 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, Row};
-use tokio::sync::watch;
 
 use crate::log::{AppendRequest, Appended, EventFilter, ExpectedVersion, Metadata, StreamRef};
 
@@ -455,14 +454,15 @@ impl PgBackend {
         Ok((events, scanned))
     }
 
-    /// Follow `awl_events` notifications and bump `wake` for every one, reconnecting
-    /// when the connection drops. Runs until aborted.
-    pub(crate) async fn listen(self, wake: watch::Sender<u64>) {
+    /// Follow `awl_events` notifications and hand each to `signals` (which wakes the
+    /// followers for other processes' commits), reconnecting when the connection
+    /// drops. Runs until aborted.
+    pub(crate) async fn listen(self, signals: std::sync::Arc<super::signals::Signals>) {
         const FIRST: Duration = Duration::from_millis(100);
         let mut backoff = FIRST;
         loop {
             let mut listening = false;
-            match self.listen_once(&wake, &mut listening).await {
+            match self.listen_once(&signals, &mut listening).await {
                 Ok(()) => backoff = FIRST,
                 Err(e) => {
                     // A connection that was listening and got cut is made again at
@@ -476,22 +476,22 @@ impl PgBackend {
                 }
             }
             // Whatever happened, readers may have missed a notification: wake them.
-            wake.send_modify(|n| *n += 1);
+            signals.wake_all();
         }
     }
 
     async fn listen_once(
         &self,
-        wake: &watch::Sender<u64>,
+        signals: &super::signals::Signals,
         listening: &mut bool,
     ) -> Result<(), sqlx::Error> {
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen(CHANNEL).await?;
         *listening = true;
         // Anything appended before LISTEN took effect must be read too.
-        wake.send_modify(|n| *n += 1);
-        while listener.try_recv().await?.is_some() {
-            wake.send_modify(|n| *n += 1);
+        signals.wake_all();
+        while let Some(notification) = listener.try_recv().await? {
+            signals.notified(notification.payload());
         }
         Ok(())
     }

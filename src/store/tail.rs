@@ -1,9 +1,12 @@
 //! Following the log: every event after a position, in order, live.
 //!
 //! A tail reads pages of committed events and, when it has caught up, waits for a
-//! wake-up: a Postgres `NOTIFY`, or the in-process signal the SQLite store sends after
-//! each commit. A slow poll backs the signal up (a missed notification, a writer in
-//! another process on SQLite), so a tail never stalls for longer than that.
+//! wake-up: the in-process signal the store sends after each of its commits, or a
+//! Postgres `NOTIFY` of another process's. A slow poll backs the signal up (a missed
+//! notification, a writer in another process on SQLite), so a tail never stalls for
+//! longer than that. A page that ended at the head is the last read until the next
+//! wake-up: every tail in a process reads once per commit, not once more to find
+//! nothing.
 //!
 //! Gap-free by construction: appends are serialised and positions are assigned under
 //! the write lock, so every position up to the committed head is visible once the
@@ -17,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::log::{EventFilter, RecordedEvent};
 
-use super::{EventStore, StoreError};
+use super::{EventStore, StoreError, plan};
 
 /// Events read per page while catching up.
 pub const TAIL_PAGE: i64 = 1_000;
@@ -30,6 +33,8 @@ struct TailState {
     wake: watch::Receiver<u64>,
     poll: Duration,
     failed: bool,
+    /// The last page ended at the head: wait for a commit before reading again.
+    caught_up: bool,
 }
 
 pub(crate) fn tail(
@@ -47,6 +52,7 @@ pub(crate) fn tail(
         wake,
         poll,
         failed: false,
+        caught_up: false,
     };
     futures_util::stream::unfold(state, |mut s| async move {
         loop {
@@ -56,16 +62,18 @@ pub(crate) fn tail(
             if s.failed {
                 return None;
             }
+            if s.caught_up {
+                // Either signal or time: whichever comes first.
+                let _ = tokio::time::timeout(s.poll, s.wake.changed()).await;
+            }
             // Mark the current signal seen *before* reading, so a commit that lands
-            // after the read wakes the wait below.
+            // after the read wakes the wait above.
             s.wake.borrow_and_update();
             match s.store.read_page(s.after, TAIL_PAGE, &s.filter).await {
                 Ok((events, scanned)) => {
+                    s.caught_up =
+                        plan::reached_head(s.after, TAIL_PAGE, &s.filter, events.len(), scanned);
                     s.after = scanned;
-                    if events.is_empty() {
-                        // Either signal or time: whichever comes first.
-                        let _ = tokio::time::timeout(s.poll, s.wake.changed()).await;
-                    }
                     s.buffer.extend(events);
                 }
                 Err(e) => {

@@ -7,18 +7,20 @@
 //! Appends here are all-or-nothing: one conflict refuses the whole call.
 
 use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
-use tokio::sync::watch;
+use std::sync::Arc;
 
 use crate::log::{AppendRequest, Appended};
 
 use super::StoreError;
 use super::plan::Atomicity;
+use super::signals::Signals;
 
 /// An open transaction on the store.
 pub struct StoreTx {
     inner: Inner,
-    wake: watch::Sender<u64>,
-    wrote: bool,
+    signals: Arc<Signals>,
+    /// The last position appended, once anything was.
+    last_position: Option<i64>,
 }
 
 enum Inner {
@@ -33,19 +35,19 @@ pub enum TxConnection<'t> {
 }
 
 impl StoreTx {
-    pub(crate) fn postgres(tx: Transaction<'static, Postgres>, wake: watch::Sender<u64>) -> Self {
+    pub(crate) fn postgres(tx: Transaction<'static, Postgres>, signals: Arc<Signals>) -> Self {
         Self {
             inner: Inner::Postgres(tx),
-            wake,
-            wrote: false,
+            signals,
+            last_position: None,
         }
     }
 
-    pub(crate) fn sqlite(tx: Transaction<'static, Sqlite>, wake: watch::Sender<u64>) -> Self {
+    pub(crate) fn sqlite(tx: Transaction<'static, Sqlite>, signals: Arc<Signals>) -> Self {
         Self {
             inner: Inner::Sqlite(tx),
-            wake,
-            wrote: false,
+            signals,
+            last_position: None,
         }
     }
 
@@ -79,7 +81,7 @@ impl StoreTx {
         };
         crate::telemetry::appended(refs.len(), started.elapsed().as_secs_f64());
         let appended = results.into_iter().collect::<Result<Vec<_>, _>>()?;
-        self.wrote |= !appended.is_empty();
+        self.wrote(appended.iter().map(|a| a.last_position).max());
         Ok(appended)
     }
 
@@ -101,8 +103,17 @@ impl StoreTx {
             Inner::Sqlite(tx) => super::sqlite::append_in(tx, &refs, Atomicity::PerRequest).await?,
         };
         crate::telemetry::appended(refs.len(), started.elapsed().as_secs_f64());
-        self.wrote |= results.iter().any(Result::is_ok);
+        self.wrote(
+            results
+                .iter()
+                .filter_map(|r| r.as_ref().ok().map(|a| a.last_position))
+                .max(),
+        );
         Ok(results)
+    }
+
+    fn wrote(&mut self, last: Option<i64>) {
+        self.last_position = self.last_position.max(last);
     }
 
     pub async fn commit(self) -> Result<(), StoreError> {
@@ -111,8 +122,10 @@ impl StoreTx {
             Inner::Sqlite(tx) => tx.commit().await,
         }
         .map_err(StoreError::db("committing a transaction"))?;
-        if self.wrote {
-            self.wake.send_modify(|n| *n += 1);
+        // Recorded only now: a rolled-back transaction's positions go to the next
+        // writer. Transactions are where run wake-ups are written.
+        if self.last_position.is_some() {
+            self.signals.committed_here(self.last_position, true);
         }
         Ok(())
     }

@@ -96,3 +96,23 @@ fn invalid_requests_are_refused_with_a_reason() {
         ]
     );
 }
+
+#[test]
+fn a_page_cut_by_the_head_has_reached_it() {
+    let all = crate::log::EventFilter::default();
+    // 1,000 positions after 500 end at 1,500: a page scanned only to 1,200 stopped
+    // at the head.
+    assert!(reached_head(500, 1_000, &all, 700, 1_200));
+    // A page that ended at its window's end, or filled its limit, may have more.
+    assert!(!reached_head(500, 1_000, &all, 1_000, 1_500));
+    assert!(!reached_head(500, 1_000, &all, 999, 1_500));
+    // An empty page of a caught-up follower.
+    assert!(reached_head(500, 1_000, &all, 0, 500));
+    // A filtered page scans a wider window: 10,000 positions.
+    let tasks = crate::log::EventFilter {
+        stream_types: vec![crate::log::StreamType::Task],
+        ..Default::default()
+    };
+    assert!(!reached_head(500, 1_000, &tasks, 3, 10_500));
+    assert!(reached_head(500, 1_000, &tasks, 3, 10_499));
+}

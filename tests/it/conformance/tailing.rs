@@ -241,3 +241,53 @@ pub async fn a_tail_is_woken_by_a_commit_not_by_its_poll(backend: Backend) {
         .unwrap();
     assert_eq!(event.position, 4);
 }
+
+/// Another process's commit wakes a caught-up tail at once (Postgres: its NOTIFY;
+/// the process's own notifications are dropped, as its followers were woken when it
+/// committed). The hard case: a transaction of this process takes positions and
+/// rolls back, and the other process's commit then takes those same positions; it
+/// must not be mistaken for this process's. On SQLite other processes' commits are
+/// seen by the poll, so there is nothing to check there.
+pub async fn a_tail_is_woken_by_another_process_commit(backend: Backend) {
+    if backend == Backend::Sqlite {
+        return;
+    }
+    let options = || StoreOptions {
+        tail_poll: Some(Duration::from_secs(60)),
+        ..StoreOptions::default()
+    };
+    let t = TestStore::with_options(backend, options()).await;
+    let other = awl::store::EventStore::open(&t.location, options())
+        .await
+        .unwrap();
+    let s = stream(StreamType::Task, "elsewhere");
+    let mut tail = Box::pin(t.store.tail(0, EventFilter::default()));
+    for n in 0..3 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if n == 1 {
+            // Positions this process took and gave back.
+            let mut tx = t.store.begin().await.unwrap();
+            tx.append(&[append(
+                &stream(StreamType::Task, "rolled-back"),
+                ExpectedVersion::Any,
+                vec![NewEvent::new("wake.up", 1, json!({}))],
+            )])
+            .await
+            .unwrap();
+            tx.rollback().await.unwrap();
+        }
+        let appended = other
+            .append(append(
+                &s,
+                ExpectedVersion::Any,
+                vec![NewEvent::new("wake.up", 1, json!({ "n": n }))],
+            ))
+            .await
+            .unwrap();
+        let event = within(10, "the tail woken by another process", tail.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(event.position, appended.last_position);
+    }
+}
