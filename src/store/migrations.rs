@@ -89,6 +89,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "partitioned log",
         include_str!("../../migrations/postgres/0016_partitioned_log.sql"),
     ),
+    (
+        17,
+        "append generic plans",
+        include_str!("../../migrations/postgres/0017_append_generic_plans.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[

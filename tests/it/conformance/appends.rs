@@ -425,3 +425,68 @@ pub async fn streams_are_read_from_their_last_continuation(backend: Backend) {
         .expect("current");
     assert_eq!(current, read["r-long"]);
 }
+
+/// Group commit's many-stream appends, mixing run streams (their own partitions on
+/// Postgres) and task streams, call after call: each finds its stream's version.
+/// On Postgres `awl_append` plans its statements once per connection (a generic
+/// plan that prunes partitions as it runs, migration 0017), so this is the plan
+/// every call after the first uses.
+pub async fn many_stream_appends_find_each_version_call_after_call(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let streams: Vec<_> = (0..6)
+        .map(|i| match i % 2 {
+            0 => stream(StreamType::Run, format!("r-{i}")),
+            _ => stream(StreamType::Task, format!("t-{i}")),
+        })
+        .collect();
+    for round in 0..8i64 {
+        let requests: Vec<AppendRequest> = streams
+            .iter()
+            .map(|s| {
+                let expected = match round {
+                    0 => ExpectedVersion::NoStream,
+                    n => ExpectedVersion::Exactly(n),
+                };
+                append(
+                    s,
+                    expected,
+                    vec![NewEvent::new("x.happened", 1, json!({"round": round}))],
+                )
+            })
+            .collect();
+        let mut tx = t.store.begin().await.unwrap();
+        let appended = tx.append(&requests).await.unwrap();
+        tx.commit().await.unwrap();
+        let versions: Vec<i64> = appended.iter().map(|a| a.stream_version).collect();
+        assert_eq!(versions, vec![round + 1; streams.len()], "round {round}");
+    }
+    // A stale expectation is still a conflict under the same plan.
+    let mut tx = t.store.begin().await.unwrap();
+    let stale = tx
+        .append(&[append(
+            &streams[0],
+            ExpectedVersion::Exactly(3),
+            vec![NewEvent::new("x.happened", 1, json!({}))],
+        )])
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::Conflict { .. })),
+        "{stale:?}"
+    );
+    if backend == Backend::Postgres {
+        let rows = t
+            .store
+            .query_rows(
+                "SELECT array_to_string(proconfig, ',') AS config FROM pg_proc \
+                 WHERE proname = 'awl_append'",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            rows[0]["config"].as_str(),
+            Some("plan_cache_mode=force_generic_plan")
+        );
+    }
+}
