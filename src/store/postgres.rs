@@ -489,7 +489,7 @@ impl PgBackend {
         listener.listen(CHANNEL).await?;
         *listening = true;
         // Anything appended before LISTEN took effect must be read too.
-        signals.wake_all();
+        signals.listening();
         while let Some(notification) = listener.try_recv().await? {
             signals.notified(notification.payload());
         }

@@ -22,6 +22,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::watch;
 
@@ -34,6 +35,9 @@ pub(crate) struct Signals {
     commits: watch::Sender<u64>,
     runs: watch::Sender<u64>,
     own: Mutex<OwnCommits>,
+    /// A listener receives notifications (Postgres, once something follows the
+    /// log): only then are own commits' positions kept to be matched.
+    listening: AtomicBool,
 }
 
 impl Signals {
@@ -42,7 +46,15 @@ impl Signals {
             commits: watch::channel(0).0,
             runs: watch::channel(0).0,
             own: Mutex::new(OwnCommits::default()),
+            listening: AtomicBool::new(false),
         }
+    }
+
+    /// A listener is receiving notifications from now on: wake everyone (anything
+    /// committed before it listened must be read too).
+    pub(crate) fn listening(&self) {
+        self.listening.store(true, Ordering::Relaxed);
+        self.wake_all();
     }
 
     /// Changes whenever events may have been committed.
@@ -58,7 +70,11 @@ impl Signals {
     /// This process committed events, the last at `last_position`; `runs`: the
     /// transaction may have written run wake-ups.
     pub(crate) fn committed_here(&self, last_position: Option<i64>, runs: bool) {
-        if let Some(position) = last_position {
+        // With no listener no notification comes to match (SQLite, or a store
+        // nothing follows): nothing is kept.
+        if let Some(position) = last_position
+            && self.listening.load(Ordering::Relaxed)
+        {
             self.own().recorded(position);
         }
         self.commits.send_modify(|n| *n += 1);
@@ -126,9 +142,15 @@ impl OwnCommits {
 mod tests {
     use super::*;
 
+    fn listening() -> Signals {
+        let signals = Signals::new();
+        signals.listening();
+        signals
+    }
+
     #[test]
     fn an_own_commit_is_not_announced_twice() {
-        let signals = Signals::new();
+        let signals = listening();
         let mut commits = signals.commits();
         let runs = signals.runs();
         signals.committed_here(Some(10), false);
@@ -145,7 +167,7 @@ mod tests {
 
     #[test]
     fn another_process_commit_wakes_everyone() {
-        let signals = Signals::new();
+        let signals = listening();
         let mut commits = signals.commits();
         let runs = signals.runs();
         signals.committed_here(Some(10), false);
@@ -157,7 +179,7 @@ mod tests {
 
     #[test]
     fn a_notification_before_the_commit_is_recorded_wakes_and_is_not_kept() {
-        let signals = Signals::new();
+        let signals = listening();
         let mut commits = signals.commits();
         signals.notified("10");
         assert!(commits.has_changed().unwrap());
@@ -184,10 +206,20 @@ mod tests {
 
     #[test]
     fn a_payload_that_is_no_position_wakes_everyone() {
-        let signals = Signals::new();
+        let signals = listening();
         let mut commits = signals.commits();
         signals.notified("");
         assert!(commits.has_changed().unwrap());
         commits.borrow_and_update();
+    }
+
+    #[test]
+    fn without_a_listener_no_position_is_kept() {
+        let signals = Signals::new();
+        let mut commits = signals.commits();
+        signals.committed_here(Some(10), true);
+        assert!(commits.has_changed().unwrap(), "followers are still woken");
+        commits.borrow_and_update();
+        assert!(signals.own().waiting.is_empty());
     }
 }
