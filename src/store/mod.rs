@@ -193,21 +193,21 @@ impl EventStore {
 
     /// Begin a transaction that can write other rows and append events atomically.
     pub async fn begin(&self) -> Result<StoreTx, StoreError> {
-        let wake = self.inner.signals.clone();
+        let signals = self.inner.signals.clone();
         match &self.inner.backend {
             Backend::Postgres(b) => Ok(StoreTx::postgres(
                 b.pool()
                     .begin()
                     .await
                     .map_err(StoreError::db("beginning a transaction"))?,
-                wake,
+                signals,
             )),
             Backend::Sqlite(b) => Ok(StoreTx::sqlite(
                 b.writer()
                     .begin_with("BEGIN IMMEDIATE")
                     .await
                     .map_err(StoreError::db("beginning a transaction"))?,
-                wake,
+                signals,
             )),
         }
     }

@@ -11,7 +11,9 @@
 //! - a cancelled run stops and leaves the wake-up queue;
 //! - no wake-up is lost when a worker gives back a run someone woke while it held it
 //!   (an approval, a task or child run ending): the store-level race, and a fan-out of
-//!   child workflows whose endings wake their parent.
+//!   child workflows whose endings wake their parent;
+//! - an idle worker is woken by a run started in its process or (Postgres) another,
+//!   not by its fallback poll.
 //!
 //! Every wait is bounded ([`LIMIT`]) and fails instead of hanging; assertions are on
 //! what the log and the queue recorded, not on how fast things happened.
@@ -23,7 +25,9 @@ use std::time::Duration;
 use awl::clock::system_clock as wall_clock;
 use awl::definitions;
 use awl::domain::ids::{RunId, StepId};
+use awl::executor::{Worker, WorkerConfig};
 use awl::log::{AppendRequest, ExpectedVersion, NewEvent, RecordedEvent, StreamRef, StreamType};
+use awl::runners::{Runners, RunnersConfig};
 use awl::runs::Runs;
 use awl::store::{EventStore, Lease, Release, StoreLocation};
 use chrono::{DateTime, Utc};
@@ -1623,9 +1627,64 @@ fn signal(pid: u32, which: &str) {
 // ---------------------------------------------------------------- registration
 
 // `executor::postgres::NAME` and `executor::sqlite::NAME`.
+// ---------------------------------------------------------------- wake-ups of an idle worker
+
+const ONE_STEP: &str = r#"
+name: one-step
+version: "1.0.0"
+steps:
+  - id: say
+    type: tool
+    tool: echo
+    inputs: {message: "hi"}
+"#;
+
+/// With its fallback poll set to a minute, an idle worker still takes a new run at
+/// once. A run started in this process wakes it: the start is a transaction that
+/// writes the run's wake-up. On Postgres, so does a run started by another process,
+/// through its notification. (Workers are not woken by every event committed, so
+/// these are the signals they have.)
+pub async fn an_idle_worker_is_woken_by_a_run_start_not_by_its_poll(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, registered) = register(&t.store, dir.path(), "one.yaml", ONE_STEP).await;
+    let config = WorkerConfig {
+        poll: Duration::from_secs(60),
+        ..WorkerConfig::new("idle")
+    };
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let worker = Worker::new(
+        t.store.clone(),
+        Runners::new(RunnersConfig::default()),
+        config,
+        wall_clock(),
+    );
+    let worker = tokio::spawn(worker.run(stop_rx));
+    let other = match backend {
+        Backend::Postgres => Some(EventStore::open_default(&t.location).await.unwrap()),
+        Backend::Sqlite => None,
+    };
+    let starters: Vec<(&str, &EventStore)> = std::iter::once(("this process", &t.store))
+        .chain(other.iter().map(|o| ("another process", o)))
+        .collect();
+    for (who, store) in starters {
+        // Let the worker go idle: nothing is due, so it sleeps for its poll.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let run = start(store, &registered, &[]).await;
+        let done = poll(10, async || {
+            is_finished(&events_of(&t.store, &run).await).then_some(())
+        })
+        .await;
+        assert!(done.is_some(), "a run started by {who} waited for the poll");
+    }
+    stop.send(true).expect("stop the worker");
+    worker.await.expect("join").expect("the worker ran");
+}
+
 crate::support::on_both_stores!(
     worker_threads = 4;
     a_killed_worker_loses_nothing,
+    an_idle_worker_is_woken_by_a_run_start_not_by_its_poll,
     two_workers_never_run_one_attempt_at_once,
     hostile_inputs_stay_inert,
     backoff_is_a_due_time_in_the_database,
