@@ -24,7 +24,7 @@ use crate::log::{AppendRequest, ExpectedVersion, Metadata};
 use crate::store::{StoreError, domain_io};
 use crate::telemetry;
 
-use super::matching::{AgentProfile, best_agent_for, best_task_for};
+use super::matching::{AgentProfile, best_agent_for};
 use super::views::TaskView;
 use super::{Board, BoardError, Caller, NewTask, task_stream, view};
 
@@ -232,16 +232,13 @@ impl Board {
                 };
                 let now = self.now();
                 let state = &*st;
-                let best = best_task_for(
-                    &profile,
-                    state
-                        .view
-                        .queued()
-                        .filter(|t| !state.reserving.contains(&t.task_id)),
-                    now,
-                    self.inner.config.hint_grace,
-                )
-                .map(|t| t.task_id);
+                let best = state
+                    .view
+                    .queue()
+                    .best_for(&profile, now, self.inner.config.hint_grace, |t| {
+                        state.reserving.contains(t)
+                    })
+                    .map(|t| t.task_id);
                 if let Some(task) = best {
                     st.reserving.insert(task);
                     let mark = Reservation {

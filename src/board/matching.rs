@@ -17,6 +17,8 @@ use crate::domain::ids::{AgentId, TaskId};
 use crate::domain::task::Runner;
 use crate::domain::workspace::{Capabilities, Workspace};
 
+pub mod queue;
+
 /// What matching needs to know of a queued task.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueuedTask {

@@ -9,7 +9,7 @@
 //! Events are applied by stream version, so applying one twice changes nothing, and a
 //! version that skips ahead is reported as a gap for the caller to reload the stream.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use cqrs_es::Aggregate;
 
@@ -19,6 +19,7 @@ use crate::domain::task::{Task, TaskStatus};
 use crate::log::{RecordedEvent, StreamRef, StreamType};
 use crate::store::{StoreError, domain_io};
 
+use super::matching::queue::Queue;
 use super::matching::{AgentProfile, QueuedTask};
 
 /// One stream's state and the version it was folded up to.
@@ -48,8 +49,9 @@ pub struct BoardView {
     tasks: HashMap<TaskId, Entry<Task>>,
     ended: Ended,
     agents: HashMap<AgentId, Entry<Agent>>,
-    /// The queued tasks as matching sees them, kept up to date on every change.
-    queued: BTreeMap<TaskId, QueuedTask>,
+    /// The queued tasks as matching sees them, kept up to date on every change and
+    /// indexed in matching's order.
+    queued: Queue,
     held: HashSet<TaskId>,
 }
 
@@ -139,7 +141,7 @@ impl BoardView {
         let status = self.tasks.get(&id).and_then(|e| e.state.status());
         match self.tasks.get(&id) {
             Some(e) if status == Some(TaskStatus::Queued) => {
-                self.queued.insert(id, queued_task(id, &e.state));
+                self.queued.insert(queued_task(id, &e.state));
             }
             _ => {
                 self.queued.remove(&id);
@@ -196,9 +198,14 @@ impl BoardView {
         self.queued.get(id).cloned()
     }
 
-    /// Every queued task, as matching sees it (no copies: waits scan this often).
+    /// Every queued task, as matching sees it.
     pub fn queued(&self) -> impl Iterator<Item = &QueuedTask> {
-        self.queued.values()
+        self.queued.iter()
+    }
+
+    /// The queued tasks, indexed for finding an agent's best one.
+    pub fn queue(&self) -> &Queue {
+        &self.queued
     }
 
     /// An active agent as matching sees it.
