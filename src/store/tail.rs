@@ -6,7 +6,10 @@
 //! notification, a writer in another process on SQLite), so a tail never stalls for
 //! longer than that. A page that ended at the head is the last read until the next
 //! wake-up: every tail in a process reads once per commit, not once more to find
-//! nothing.
+//! nothing. Under a stream of commits a caught-up tail reads at most once per
+//! [`TAIL_GATHER`]: a wake-up that comes sooner after its last read waits out the
+//! rest of it, and the page then holds every commit made meanwhile. A tail woken
+//! after a quiet spell reads at once, so this adds latency only where it saves reads.
 //!
 //! Gap-free by construction: appends are serialised and positions are assigned under
 //! the write lock, so every position up to the committed head is visible once the
@@ -17,6 +20,7 @@ use std::time::Duration;
 
 use futures_util::Stream;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::log::{EventFilter, RecordedEvent};
 
@@ -24,6 +28,11 @@ use super::{EventStore, StoreError, plan};
 
 /// Events read per page while catching up.
 pub const TAIL_PAGE: i64 = 1_000;
+
+/// The least time between two reads of a caught-up tail. Each of a process's tails
+/// (the board's view, the live streams) used to read one page per commit; a burst
+/// of commits now costs one page per this much time.
+pub const TAIL_GATHER: Duration = Duration::from_millis(4);
 
 struct TailState {
     store: EventStore,
@@ -35,6 +44,8 @@ struct TailState {
     failed: bool,
     /// The last page ended at the head: wait for a commit before reading again.
     caught_up: bool,
+    /// When the last page was read.
+    last_read: Option<Instant>,
 }
 
 pub(crate) fn tail(
@@ -53,6 +64,7 @@ pub(crate) fn tail(
         poll,
         failed: false,
         caught_up: false,
+        last_read: None,
     };
     futures_util::stream::unfold(state, |mut s| async move {
         loop {
@@ -65,10 +77,16 @@ pub(crate) fn tail(
             if s.caught_up {
                 // Either signal or time: whichever comes first.
                 let _ = tokio::time::timeout(s.poll, s.wake.changed()).await;
+                if let Some(next) = s.last_read.map(|last| last + TAIL_GATHER)
+                    && Instant::now() < next
+                {
+                    tokio::time::sleep_until(next).await;
+                }
             }
             // Mark the current signal seen *before* reading, so a commit that lands
             // after the read wakes the wait above.
             s.wake.borrow_and_update();
+            s.last_read = Some(Instant::now());
             match s.store.read_page(s.after, TAIL_PAGE, &s.filter).await {
                 Ok((events, scanned)) => {
                     s.caught_up =
