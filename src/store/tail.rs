@@ -29,9 +29,9 @@ use super::{EventStore, StoreError, plan};
 /// Events read per page while catching up.
 pub const TAIL_PAGE: i64 = 1_000;
 
-/// The least time between two reads of a caught-up tail. Each of a process's tails
-/// (the board's view, the live streams) used to read one page per commit; a burst
-/// of commits now costs one page per this much time.
+/// The least time between two reads of a caught-up tail: under a burst of commits,
+/// each of a process's tails (the board's view, the live streams) reads one page per
+/// this much time, not one per commit.
 pub const TAIL_GATHER: Duration = Duration::from_millis(4);
 
 struct TailState {

@@ -13,6 +13,15 @@ use crate::support::{Backend, TestStore, append, stream, within};
 const WRITERS: usize = 16;
 const ROUNDS: usize = 25;
 
+/// One `wake.up` event appended to `s` at whatever version it is.
+fn wake_up(s: &awl::log::StreamRef, payload: serde_json::Value) -> awl::log::AppendRequest {
+    append(
+        s,
+        ExpectedVersion::Any,
+        vec![NewEvent::new("wake.up", 1, payload)],
+    )
+}
+
 fn tagged(kind: &str, writer: usize, round: usize, n: usize) -> Vec<NewEvent> {
     (0..n)
         .map(|i| {
@@ -211,11 +220,7 @@ pub async fn a_tail_is_woken_by_a_commit_not_by_its_poll(backend: Backend) {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let appended = t
             .store
-            .append(append(
-                &s,
-                ExpectedVersion::Any,
-                vec![NewEvent::new("wake.up", 1, json!({ "n": n }))],
-            ))
+            .append(wake_up(&s, json!({ "n": n })))
             .await
             .unwrap();
         let event = within(10, "the woken tail", tail.next())
@@ -227,13 +232,7 @@ pub async fn a_tail_is_woken_by_a_commit_not_by_its_poll(backend: Backend) {
     // A transaction's commit wakes it too.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut tx = t.store.begin().await.unwrap();
-    tx.append(&[append(
-        &s,
-        ExpectedVersion::Any,
-        vec![NewEvent::new("wake.up", 1, json!({}))],
-    )])
-    .await
-    .unwrap();
+    tx.append(&[wake_up(&s, json!({}))]).await.unwrap();
     tx.commit().await.unwrap();
     let event = within(10, "the woken tail", tail.next())
         .await
@@ -277,25 +276,15 @@ pub async fn a_tail_is_woken_by_another_process_commit(backend: Backend) {
         if n == 1 {
             // Positions this process took and gave back.
             let mut tx = t.store.begin().await.unwrap();
-            tx.append(&[append(
-                &stream(StreamType::Task, "rolled-back"),
-                ExpectedVersion::Any,
-                vec![NewEvent::new("wake.up", 1, json!({}))],
-            )])
-            .await
-            .unwrap();
+            let rolled_back = stream(StreamType::Task, "rolled-back");
+            tx.append(&[wake_up(&rolled_back, json!({}))])
+                .await
+                .unwrap();
             tx.rollback().await.unwrap();
             // The tail settles again before the other process takes those positions.
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let appended = other
-            .append(append(
-                &s,
-                ExpectedVersion::Any,
-                vec![NewEvent::new("wake.up", 1, json!({ "n": n }))],
-            ))
-            .await
-            .unwrap();
+        let appended = other.append(wake_up(&s, json!({ "n": n }))).await.unwrap();
         let event = within(10, "the tail woken by another process", received.recv())
             .await
             .unwrap()
