@@ -1,12 +1,13 @@
 //! The board: one row per task, in the column of its status.
 
+use std::collections::{BTreeMap, HashMap};
+
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
 use crate::domain::task::Task;
 use crate::log::{RecordedEvent, StreamType};
 use crate::store::rows::Param;
-
-use std::collections::BTreeMap;
 
 use super::fold::{Folded, fold_with, state_json};
 use super::{Projection, ProjectionError, Writer, micros};
@@ -86,13 +87,13 @@ impl Projection for Board {
         agent_counters(w, &folded, &changes).await?;
         // Tasks whose column changed in this batch get a new `status_since`; the others
         // keep the stored one (a second statement that leaves the column out).
+        let mut last_change: HashMap<&str, DateTime<Utc>> = HashMap::new();
+        for e in events.iter().filter(|e| changes_status(&e.event_type)) {
+            last_change.insert(e.stream.id.as_str(), e.recorded_at);
+        }
         let (mut moved, mut stayed) = (Vec::new(), Vec::new());
         for f in folded {
-            let since = events
-                .iter()
-                .filter(|e| e.stream.id == f.id && changes_status(&e.event_type))
-                .map(|e| e.recorded_at)
-                .next_back();
+            let since = last_change.get(f.id.as_str()).copied();
             let mut row = row(&f.id, &f.state, f.version)?;
             match since {
                 Some(at) => {
