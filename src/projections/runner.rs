@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::log::{EventFilter, RecordedEvent};
 use crate::store::rows::Param;
-use crate::store::{EventStore, StoreTx};
+use crate::store::{EventStore, Following, StoreTx};
 
 use super::{Projection, ProjectionError, Writer, all, name_tables};
 
@@ -160,11 +160,19 @@ impl Projections {
 
     /// Catch every projection up, in pages that grow while they are behind.
     pub async fn catch_up_all(&self) -> Result<(), ProjectionError> {
+        self.catch_up_following(&mut Following::default()).await
+    }
+
+    /// [`Self::catch_up_all`] for a follower that goes on: `following` remembers
+    /// where it stands, so this process's own latest commits are taken from memory.
+    async fn catch_up_following(&self, following: &mut Following) -> Result<(), ProjectionError> {
         let list = self.sorted();
         let mut limit = BATCH;
         let mut ahead = None;
         loop {
-            let step = self.step(&list, limit, ahead.take(), true).await?;
+            let step = self
+                .step(&list, limit, ahead.take(), true, following)
+                .await?;
             // A page that ended at the head was the last: what commits next wakes
             // the follower again (reading once more would find nothing).
             if step.moved == 0 || step.reached_head {
@@ -178,7 +186,11 @@ impl Projections {
     /// One batch for every projection. Returns how far the lowest checkpoint moved
     /// (0: all caught up).
     pub async fn step_all(&self) -> Result<i64, ProjectionError> {
-        Ok(self.step(&self.sorted(), BATCH, None, false).await?.moved)
+        let mut following = Following::default();
+        Ok(self
+            .step(&self.sorted(), BATCH, None, false, &mut following)
+            .await?
+            .moved)
     }
 
     /// One batch for `list` (in name order) in one transaction: one read of the log
@@ -203,19 +215,36 @@ impl Projections {
         limit: i64,
         ahead: Option<Ahead>,
         read_ahead: bool,
+        following: &mut Following,
     ) -> Result<Step, ProjectionError> {
         let backend = self.store.backend_name();
         let filter = filter_of_all(list);
         let mut ahead = ahead;
-        let (mut tx, states, events, scanned, from) = loop {
+        let (mut tx, states, events, scanned, from, reached_head) = loop {
             let from = self.lowest_checkpoint(list).await?;
-            let (events, scanned) = match ahead.take() {
-                Some(page) if page.from == from => page.events.await.map_err(|e| {
-                    ProjectionError::Store(crate::store::StoreError::Unavailable(format!(
-                        "reading the log ahead: {e}"
-                    )))
-                })??,
-                _ => self.store.read_page(from, limit, &filter).await?,
+            let (events, scanned, reached_head) = match ahead.take() {
+                Some(page) if page.from == from => {
+                    let (events, scanned) = page.events.await.map_err(|e| {
+                        ProjectionError::Store(crate::store::StoreError::Unavailable(format!(
+                            "reading the log ahead: {e}"
+                        )))
+                    })??;
+                    let reached_head = crate::store::reached_head(
+                        from,
+                        page.limit,
+                        &filter,
+                        events.len(),
+                        scanned,
+                    );
+                    (events, scanned, reached_head)
+                }
+                _ => {
+                    let page = self
+                        .store
+                        .read_following(from, limit, &filter, following)
+                        .await?;
+                    (page.events, page.scanned, page.reached_head)
+                }
             };
             if scanned <= from {
                 return Ok(Step {
@@ -237,17 +266,17 @@ impl Projections {
             // Checkpoints only move forward; if one is behind what was read (a
             // rebuild swapped in meanwhile), read again.
             if states.iter().all(|s| s.position >= from) {
-                break (tx, states, events, scanned, from);
+                break (tx, states, events, scanned, from, reached_head);
             }
             tx.rollback().await?;
         };
         let full = events.len() as i64 >= limit;
-        let reached_head = crate::store::reached_head(from, limit, &filter, events.len(), scanned);
         let ahead = (read_ahead && full).then(|| {
             let (store, filter) = (self.store.clone(), filter.clone());
             let next = (limit * 2).min(REBUILD_PAGE);
             Ahead {
                 from: scanned,
+                limit: next,
                 events: tokio::spawn(async move { store.read_page(scanned, next, &filter).await }),
             }
         });
@@ -340,10 +369,12 @@ impl Projections {
             });
         }
         let mut wake = self.store.subscribe();
+        let mut following = Following::default();
         loop {
             wake.borrow_and_update();
-            if let Err(e) = self.catch_up_all().await {
+            if let Err(e) = self.catch_up_following(&mut following).await {
                 tracing::error!(error = %e, "a projection failed; retrying in 1 s");
+                following.force();
             }
             tokio::select! {
                 _ = stop.changed() => return Ok(()),
@@ -352,7 +383,9 @@ impl Projections {
                     // events): lag grows by at most this much.
                     tokio::time::sleep(FOLLOW_GATHER).await;
                 }
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                // Woken by time: read the database (a commit may have gone
+                // unannounced).
+                _ = tokio::time::sleep(Duration::from_secs(1)) => following.force(),
             }
         }
     }
@@ -662,6 +695,7 @@ struct Step {
 /// A page of the log being read ahead, from position `from`.
 struct Ahead {
     from: i64,
+    limit: i64,
     events: tokio::task::JoinHandle<Result<(Vec<RecordedEvent>, i64), crate::store::StoreError>>,
 }
 

@@ -11,12 +11,15 @@
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::log::{AppendRequest, Appended};
+use crate::log::{AppendRequest, Appended, RecordedEvent, Upcasters};
 
 use super::StoreError;
-use super::backend::Backend;
+use super::backend::{Backend, Recorded};
+use super::decode::{RawEvent, RawJson, RawMetadata};
+use super::feed::Feed;
 use super::signals::Signals;
 
 /// Most events written by one group-commit transaction.
@@ -27,8 +30,18 @@ pub(crate) struct Job {
     pub reply: oneshot::Sender<Result<Appended, StoreError>>,
 }
 
+/// Where the appender reports what it committed.
+pub(crate) struct Committed {
+    pub signals: Arc<Signals>,
+    /// This process's followers take its commits from here (see [`super::feed`]).
+    pub feed: Arc<Feed>,
+    /// What every reader's events go through, so the feed's events are the ones a
+    /// read of the log would give.
+    pub upcasters: Upcasters,
+}
+
 /// Run the appender until every sender is dropped.
-pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, signals: Arc<Signals>) {
+pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, to: Committed) {
     let mut batch: Vec<Job> = Vec::new();
     while let Some(first) = jobs.recv().await {
         let mut events = first.request.events.len();
@@ -46,19 +59,35 @@ pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, signals
         let started = std::time::Instant::now();
         let outcome = backend.append_batch(&requests).await;
         crate::telemetry::appended(requests.len(), started.elapsed().as_secs_f64());
-        // The commit's last position: the one its notification carries.
-        let last = match &outcome {
-            Ok(results) => results
-                .iter()
-                .filter_map(|r| r.as_ref().ok().map(|a| a.last_position))
-                .max(),
-            Err(_) => None,
-        };
         match outcome {
-            Ok(results) => {
+            Ok(Recorded {
+                results,
+                recorded_at,
+            }) => {
+                let mut written = Vec::with_capacity(batch.len());
+                let mut replies = Vec::with_capacity(batch.len());
                 for (job, result) in batch.drain(..).zip(results) {
+                    if let Ok(appended) = &result {
+                        written.push((job.request, *appended));
+                    }
+                    replies.push((job.reply, result));
+                }
+                // The commit's last position: the one its notification carries.
+                let last = written.iter().map(|(_, a)| a.last_position).max();
+                // Kept and announced before anyone is answered: once an append
+                // returns, this process's followers can read it from memory.
+                if let Some(at) = recorded_at
+                    && let Some(events) = as_recorded(written, at, &to.upcasters)
+                {
+                    to.feed.push(events);
+                }
+                // No run wake-up is ever written here (only in transactions).
+                if last.is_some() {
+                    to.signals.committed_here(last, false);
+                }
+                for (reply, result) in replies {
                     // A caller that went away no longer needs its answer.
-                    let _ = job.reply.send(result);
+                    let _ = reply.send(result);
                 }
             }
             Err(e) => {
@@ -67,9 +96,36 @@ pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, signals
                 }
             }
         }
-        // No run wake-up is ever written here (only in transactions).
-        if last.is_some() {
-            signals.committed_here(last, false);
+    }
+}
+
+/// The events of a commit as a reader of the log gets them: through the same
+/// decoding and upcasters. `None` if one would not decode (a reader of the log
+/// then meets the error itself).
+fn as_recorded(
+    written: Vec<(AppendRequest, Appended)>,
+    recorded_at: DateTime<Utc>,
+    upcasters: &Upcasters,
+) -> Option<Vec<RecordedEvent>> {
+    let mut out = Vec::with_capacity(written.iter().map(|(r, _)| r.events.len()).sum());
+    for (request, appended) in written {
+        let count = request.events.len() as i64;
+        let first_version = appended.stream_version - count + 1;
+        let stream_type = request.stream.kind.as_str();
+        for (i, event) in (0..).zip(request.events) {
+            let raw = RawEvent {
+                position: appended.first_position + i,
+                stream_type: stream_type.to_string(),
+                stream_id: request.stream.id.clone(),
+                version: first_version + i,
+                event_type: event.event_type,
+                event_version: event.event_version,
+                payload: RawJson::Parsed(event.payload),
+                metadata: RawMetadata::Decoded(Ok(event.metadata)),
+                recorded_at,
+            };
+            out.push(raw.decode(upcasters).ok()?);
         }
     }
+    Some(out)
 }

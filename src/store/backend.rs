@@ -7,6 +7,13 @@ use super::decode::RawEvent;
 use super::postgres::PgBackend;
 use super::sqlite::SqliteBackend;
 
+/// A group commit's answers, one per request, and when its events were recorded
+/// (none if nothing was written).
+pub(crate) struct Recorded {
+    pub results: Vec<Result<Appended, StoreError>>,
+    pub recorded_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
 #[derive(Clone)]
 pub(crate) enum Backend {
     Postgres(PgBackend),
@@ -31,7 +38,7 @@ impl Backend {
     pub(crate) async fn append_batch(
         &self,
         requests: &[&AppendRequest],
-    ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         match self {
             Backend::Postgres(b) => b.append_batch(requests).await,
             Backend::Sqlite(b) => b.append_batch(requests).await,

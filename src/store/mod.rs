@@ -15,6 +15,7 @@ pub mod command;
 mod decode;
 pub mod domain_io;
 mod error;
+mod feed;
 mod flow;
 pub mod health;
 mod keyring;
@@ -54,7 +55,7 @@ pub use location::{DEFAULT_SQLITE_PATH, StoreLocation, redact};
 pub use partitions::{PartitionsArchived, RunPartition};
 pub(crate) use plan::reached_head;
 pub use replica::ReplicaStatus;
-pub use tail::TAIL_PAGE;
+pub use tail::{FollowedPage, Following, TAIL_PAGE};
 pub use tokens::TokenRecord;
 pub use tx::{StoreTx, TxConnection};
 pub use wakeups::{Lease, Release, Waiting};
@@ -94,6 +95,7 @@ struct Inner {
     upcasters: Upcasters,
     jobs: mpsc::Sender<appender::Job>,
     signals: Arc<signals::Signals>,
+    feed: Arc<feed::Feed>,
     tail_poll: Duration,
     listener: OnceCell<AbortHandle>,
     appender: AbortHandle,
@@ -129,13 +131,23 @@ impl EventStore {
         });
         let (jobs_tx, jobs_rx) = mpsc::channel(4_096);
         let signals = Arc::new(signals::Signals::new());
-        let appender = tokio::spawn(appender::run(backend.clone(), jobs_rx, signals.clone()));
+        let feed = Arc::new(feed::Feed::default());
+        let appender = tokio::spawn(appender::run(
+            backend.clone(),
+            jobs_rx,
+            appender::Committed {
+                signals: signals.clone(),
+                feed: feed.clone(),
+                upcasters: options.upcasters.clone(),
+            },
+        ));
         Ok(Self {
             inner: Arc::new(Inner {
                 backend,
                 upcasters: options.upcasters,
                 jobs: jobs_tx,
                 signals,
+                feed,
                 tail_poll,
                 listener: OnceCell::new(),
                 appender: appender.abort_handle(),

@@ -17,6 +17,7 @@ use sqlx::{PgConnection, Row};
 
 use crate::log::{AppendRequest, Appended, EventFilter, ExpectedVersion, Metadata, StreamRef};
 
+use super::backend::Recorded;
 use super::decode::{RawEvent, RawJson, RawMetadata};
 use super::plan::{self, Atomicity};
 use super::{StoreError, migrations};
@@ -101,13 +102,13 @@ impl PgBackend {
     pub(crate) async fn append_batch(
         &self,
         requests: &[&AppendRequest],
-    ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         let mut conn = self
             .pool
             .acquire()
             .await
             .map_err(StoreError::db("acquiring a connection to append"))?;
-        append_in(&mut conn, requests, Atomicity::PerRequest).await
+        append_recorded(&mut conn, requests, Atomicity::PerRequest).await
     }
 
     pub(crate) async fn head(&self) -> Result<i64, StoreError> {
@@ -508,6 +509,16 @@ pub(crate) async fn append_in(
     requests: &[&AppendRequest],
     atomicity: Atomicity,
 ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+    Ok(append_recorded(conn, requests, atomicity).await?.results)
+}
+
+/// [`append_in`], with when the events were recorded (the transaction's `now()`,
+/// which every event's `recorded_at` defaults to).
+async fn append_recorded(
+    conn: &mut PgConnection,
+    requests: &[&AppendRequest],
+    atomicity: Atomicity,
+) -> Result<Recorded, StoreError> {
     // Refuse what the store refuses outright before touching the database.
     let mut results: Vec<Option<Result<Appended, StoreError>>> = Vec::with_capacity(requests.len());
     let mut sent: Vec<usize> = Vec::with_capacity(requests.len());
@@ -521,8 +532,10 @@ pub(crate) async fn append_in(
             Err(e) => results.push(Some(Err(e))),
         }
     }
+    let mut recorded_at = None;
     if !sent.is_empty() {
         let rows = call_append(conn, requests, &sent, atomicity).await?;
+        recorded_at = rows.first().map(|r| r.recorded_at);
         if rows.len() != sent.len() {
             return Err(unexpected(format!(
                 "awl_append() answered {} rows for {} requests",
@@ -548,10 +561,14 @@ pub(crate) async fn append_in(
         }
     }
     // Every slot is filled: refused before the call, or answered by it.
-    results
+    let results = results
         .into_iter()
         .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| unexpected("a request was left without an answer".into()))
+        .ok_or_else(|| unexpected("a request was left without an answer".into()))?;
+    Ok(Recorded {
+        results,
+        recorded_at,
+    })
 }
 
 /// The database answered something awl_append() never does.
@@ -565,6 +582,7 @@ struct AppendRow {
     first_position: Option<i64>,
     last_position: Option<i64>,
     stream_version: Option<i64>,
+    recorded_at: DateTime<Utc>,
 }
 
 async fn call_append(
@@ -612,8 +630,19 @@ async fn call_append(
             })?);
         }
     }
-    sqlx::query_as::<_, (bool, i64, Option<i64>, Option<i64>, Option<i64>)>(
-        "SELECT ok, actual, first_position, last_position, stream_version \
+    // `now()` is the transaction's start, the default of every event's `recorded_at`.
+    sqlx::query_as::<
+        _,
+        (
+            bool,
+            i64,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            DateTime<Utc>,
+        ),
+    >(
+        "SELECT ok, actual, first_position, last_position, stream_version, now() \
          FROM awl_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(&stream_types)
@@ -632,12 +661,15 @@ async fn call_append(
     .map(|rows| {
         rows.into_iter()
             .map(
-                |(ok, actual, first_position, last_position, stream_version)| AppendRow {
-                    ok,
-                    actual,
-                    first_position,
-                    last_position,
-                    stream_version,
+                |(ok, actual, first_position, last_position, stream_version, recorded_at)| {
+                    AppendRow {
+                        ok,
+                        actual,
+                        first_position,
+                        last_position,
+                        stream_version,
+                        recorded_at,
+                    }
                 },
             )
             .collect()

@@ -19,10 +19,17 @@
 //! as this process's wakes its followers, which then read what there is. A position
 //! is recorded only once its commit is done (a rolled-back transaction's positions
 //! are taken by the next writer, whose notification must not be mistaken for ours).
+//!
+//! Followers also need to know how far the log is known to reach, to tell whether
+//! this process's latest commits ([`super::feed`]) are all there is to read: the
+//! *known head* is the highest last position of a commit made here or announced by
+//! a notification, raised before the followers are woken. When notifications may
+//! have been missed (a listener (re)connecting, a payload that is no position) the
+//! signals are *reset*: every follower reads the database on its next read.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use tokio::sync::watch;
 
@@ -38,6 +45,20 @@ pub(crate) struct Signals {
     /// A listener receives notifications (Postgres, once something follows the
     /// log): only then are own commits' positions kept to be matched.
     listening: AtomicBool,
+    /// The highest position known to be committed.
+    head: AtomicI64,
+    /// How many times the signals were reset.
+    resets: AtomicU64,
+}
+
+/// What a follower knows of the log when it reads, taken after it marked its wake-up
+/// signal seen: anything raised later wakes it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Known {
+    /// The highest position known to be committed.
+    pub head: i64,
+    /// Changes when the signals are reset (a follower must read the database).
+    pub resets: u64,
 }
 
 impl Signals {
@@ -47,6 +68,18 @@ impl Signals {
             runs: watch::channel(0).0,
             own: Mutex::new(OwnCommits::default()),
             listening: AtomicBool::new(false),
+            head: AtomicI64::new(0),
+            resets: AtomicU64::new(0),
+        }
+    }
+
+    /// The known head and resets, for a follower about to read.
+    pub(crate) fn known(&self) -> Known {
+        Known {
+            // SeqCst throughout: a follower that saw a wake-up sees what was raised
+            // before it.
+            resets: self.resets.load(Ordering::SeqCst),
+            head: self.head.load(Ordering::SeqCst),
         }
     }
 
@@ -70,6 +103,15 @@ impl Signals {
     /// This process committed events, the last at `last_position`; `runs`: the
     /// transaction may have written run wake-ups.
     pub(crate) fn committed_here(&self, last_position: Option<i64>, runs: bool) {
+        match last_position {
+            Some(position) => {
+                self.head.fetch_max(position, Ordering::SeqCst);
+            }
+            // A commit whose place is unknown: read the database to find it.
+            None => {
+                self.resets.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         // With no listener no notification comes to match (SQLite, or a store
         // nothing follows): nothing is kept.
         if let Some(position) = last_position
@@ -86,16 +128,24 @@ impl Signals {
     /// A commit was announced with `payload` (its last position): wake everyone
     /// unless it was this process's own.
     pub(crate) fn notified(&self, payload: &str) {
-        let own = payload
-            .parse::<i64>()
-            .is_ok_and(|position| self.own().notified(position));
-        if !own {
+        let Ok(position) = payload.parse::<i64>() else {
             self.wake_all();
+            return;
+        };
+        self.head.fetch_max(position, Ordering::SeqCst);
+        if !self.own().notified(position) {
+            self.wake();
         }
     }
 
-    /// Something may have been missed (the listener (re)connected): wake everyone.
+    /// Something may have been missed (the listener (re)connected): reset, and wake
+    /// everyone.
     pub(crate) fn wake_all(&self) {
+        self.resets.fetch_add(1, Ordering::SeqCst);
+        self.wake();
+    }
+
+    fn wake(&self) {
         self.commits.send_modify(|n| *n += 1);
         self.runs.send_modify(|n| *n += 1);
     }
@@ -211,6 +261,40 @@ mod tests {
         signals.notified("");
         assert!(commits.has_changed().unwrap());
         commits.borrow_and_update();
+    }
+
+    #[test]
+    fn the_known_head_is_raised_before_followers_are_woken() {
+        let signals = listening();
+        let mut commits = signals.commits();
+        let start = signals.known();
+        assert_eq!(start.head, 0);
+        signals.committed_here(Some(10), false);
+        assert!(commits.has_changed().unwrap());
+        commits.borrow_and_update();
+        assert_eq!(signals.known().head, 10);
+        // Another process's commit raises it too; an own one's notification and an
+        // older position leave it.
+        signals.notified("10");
+        signals.notified("14");
+        assert_eq!(signals.known().head, 14);
+        signals.committed_here(Some(12), true);
+        assert_eq!(signals.known().head, 14);
+        assert_eq!(signals.known().resets, start.resets, "no reset so far");
+    }
+
+    #[test]
+    fn what_may_have_been_missed_resets() {
+        let signals = listening();
+        let before = signals.known().resets;
+        signals.notified("not a position");
+        let after_payload = signals.known().resets;
+        assert_ne!(after_payload, before);
+        signals.wake_all();
+        assert_ne!(signals.known().resets, after_payload);
+        let before = signals.known().resets;
+        signals.committed_here(None, false);
+        assert_ne!(signals.known().resets, before, "a commit of unknown place");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use sqlx::{Row, SqliteConnection};
 
 use crate::log::{AppendRequest, Appended, EventFilter, StreamRef};
 
+use super::backend::Recorded;
 use super::decode::{RawEvent, RawJson, RawMetadata};
 use super::plan::{self, Atomicity, Plan};
 use super::{StoreError, migrations};
@@ -95,13 +96,13 @@ impl SqliteBackend {
     pub(crate) async fn append_batch(
         &self,
         requests: &[&AppendRequest],
-    ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         let mut tx = self
             .writer
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(StoreError::db("beginning an append"))?;
-        let plan = plan_and_insert(&mut tx, requests, Atomicity::PerRequest).await?;
+        let (plan, recorded_at) = plan_and_insert(&mut tx, requests, Atomicity::PerRequest).await?;
         if plan.rows.is_empty() {
             tx.rollback()
                 .await
@@ -111,7 +112,10 @@ impl SqliteBackend {
                 .await
                 .map_err(StoreError::db("committing an append"))?;
         }
-        Ok(plan.results)
+        Ok(Recorded {
+            results: plan.results,
+            recorded_at,
+        })
     }
 
     pub(crate) async fn head(&self) -> Result<i64, StoreError> {
@@ -343,7 +347,7 @@ pub(crate) async fn append_in(
     requests: &[&AppendRequest],
     atomicity: Atomicity,
 ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
-    let plan = plan_and_insert(conn, requests, atomicity).await?;
+    let (plan, _) = plan_and_insert(conn, requests, atomicity).await?;
     if atomicity == Atomicity::AllOrNothing
         && let Some(Err(e)) = plan.results.iter().find(|r| r.is_err())
     {
@@ -352,11 +356,13 @@ pub(crate) async fn append_in(
     Ok(plan.results)
 }
 
+/// Plan the requests and insert their rows; with when they were recorded (none if
+/// nothing was written).
 async fn plan_and_insert<'a>(
     conn: &mut SqliteConnection,
     requests: &[&'a AppendRequest],
     atomicity: Atomicity,
-) -> Result<Plan<'a>, StoreError> {
+) -> Result<(Plan<'a>, Option<DateTime<Utc>>), StoreError> {
     let head: i64 = sqlx::query_scalar(
         "SELECT COALESCE((SELECT position FROM events ORDER BY position DESC LIMIT 1), 0)",
     )
@@ -377,7 +383,7 @@ async fn plan_and_insert<'a>(
     }
     let plan = plan::plan(head, &current, requests, atomicity);
     if plan.rows.is_empty() {
-        return Ok(plan);
+        return Ok((plan, None));
     }
     let recorded_at = Utc::now().timestamp_micros();
     for row in &plan.rows {
@@ -408,7 +414,7 @@ async fn plan_and_insert<'a>(
             row.version, row.stream
         )))?;
     }
-    Ok(plan)
+    Ok((plan, DateTime::<Utc>::from_timestamp_micros(recorded_at)))
 }
 
 fn raw_event(row: &SqliteRow) -> Result<RawEvent, StoreError> {

@@ -14,6 +14,12 @@
 //! Gap-free by construction: appends are serialised and positions are assigned under
 //! the write lock, so every position up to the committed head is visible once the
 //! head is; the tail never reads past the head it saw.
+//!
+//! Followers of the log ([`Following`]: the tails, the projections) take this
+//! process's own latest commits from memory ([`super::feed`]) when those continue
+//! exactly where the follower stands and nothing else is known to be committed past
+//! them; everything else (other processes' commits, transactions', a follower
+//! behind the feed, a reset of the signals, a poll) is read from the database.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -25,6 +31,75 @@ use tokio::time::Instant;
 use crate::log::{EventFilter, RecordedEvent};
 
 use super::{EventStore, StoreError, plan};
+
+/// Where a follower stands with the signals, and how it read its pages.
+#[derive(Debug, Default, Clone)]
+pub struct Following {
+    /// The signals' resets when it last read the database (`None`: it must).
+    resets: Option<u64>,
+    fed: u64,
+    read: u64,
+}
+
+impl Following {
+    /// Read the database next time (a follower that polled without a wake-up: a
+    /// commit may have gone unannounced).
+    pub fn force(&mut self) {
+        self.resets = None;
+    }
+
+    /// Pages taken from this process's own commits, and pages read from the
+    /// database.
+    pub fn pages(&self) -> (u64, u64) {
+        (self.fed, self.read)
+    }
+}
+
+/// A follower's page of the log.
+#[derive(Debug)]
+pub struct FollowedPage {
+    pub events: Vec<RecordedEvent>,
+    /// The position to continue after.
+    pub scanned: i64,
+    /// Everything committed when the page was read has been read: wait for the next
+    /// commit instead of asking again.
+    pub reached_head: bool,
+}
+
+impl EventStore {
+    /// The next page for a follower after `after`: [`EventStore::read_page`], or
+    /// this process's own latest commits when they are exactly what the log holds
+    /// next. Call it after marking the wake-up signal seen.
+    pub async fn read_following(
+        &self,
+        after: i64,
+        limit: i64,
+        filter: &EventFilter,
+        following: &mut Following,
+    ) -> Result<FollowedPage, StoreError> {
+        let known = self.inner.signals.known();
+        if following.resets == Some(known.resets)
+            && let Some(fed) = self.inner.feed.after(after, limit, filter)
+        {
+            following.fed += 1;
+            crate::telemetry::log_page(true);
+            return Ok(FollowedPage {
+                reached_head: !fed.limited && fed.scanned >= known.head,
+                events: fed.events,
+                scanned: fed.scanned,
+            });
+        }
+        following.resets = Some(known.resets);
+        following.read += 1;
+        crate::telemetry::log_page(false);
+        let (events, scanned) = self.read_page(after, limit, filter).await?;
+        Ok(FollowedPage {
+            reached_head: plan::reached_head(after, limit, filter, events.len(), scanned),
+            events,
+            scanned,
+        })
+    }
+}
 
 /// Events read per page while catching up.
 pub const TAIL_PAGE: i64 = 1_000;
@@ -46,6 +121,7 @@ struct TailState {
     caught_up: bool,
     /// When the last page was read.
     last_read: Option<Instant>,
+    following: Following,
 }
 
 pub(crate) fn tail(
@@ -65,6 +141,7 @@ pub(crate) fn tail(
         failed: false,
         caught_up: false,
         last_read: None,
+        following: Following::default(),
     };
     futures_util::stream::unfold(state, |mut s| async move {
         loop {
@@ -75,8 +152,14 @@ pub(crate) fn tail(
                 return None;
             }
             if s.caught_up {
-                // Either signal or time: whichever comes first.
-                let _ = tokio::time::timeout(s.poll, s.wake.changed()).await;
+                // Either signal or time: whichever comes first. Woken by time, read
+                // the database (a commit may have gone unannounced).
+                if tokio::time::timeout(s.poll, s.wake.changed())
+                    .await
+                    .is_err()
+                {
+                    s.following.force();
+                }
                 if let Some(next) = s.last_read.map(|last| last + TAIL_GATHER)
                     && Instant::now() < next
                 {
@@ -87,12 +170,15 @@ pub(crate) fn tail(
             // after the read wakes the wait above.
             s.wake.borrow_and_update();
             s.last_read = Some(Instant::now());
-            match s.store.read_page(s.after, TAIL_PAGE, &s.filter).await {
-                Ok((events, scanned)) => {
-                    s.caught_up =
-                        plan::reached_head(s.after, TAIL_PAGE, &s.filter, events.len(), scanned);
-                    s.after = scanned;
-                    s.buffer.extend(events);
+            let read = s
+                .store
+                .read_following(s.after, TAIL_PAGE, &s.filter, &mut s.following)
+                .await;
+            match read {
+                Ok(page) => {
+                    s.caught_up = page.reached_head;
+                    s.after = page.scanned;
+                    s.buffer.extend(page.events);
                 }
                 Err(e) => {
                     s.failed = true;

@@ -26,6 +26,7 @@ pub const APPEND_BATCH: &str = "awl_append_batch_requests";
 pub const HTTP_REQUESTS: &str = "awl_http_requests_total";
 pub const HTTP_DURATION: &str = "awl_http_request_duration_seconds";
 pub const DB_POOL: &str = "awl_db_pool_connections";
+pub const LOG_PAGES: &str = "awl_log_pages_total";
 
 /// Every metric above: what `/metrics` can show (a test holds the Grafana dashboard to
 /// it).
@@ -45,6 +46,7 @@ pub const ALL_METRICS: &[&str] = &[
     HTTP_REQUESTS,
     HTTP_DURATION,
     DB_POOL,
+    LOG_PAGES,
 ];
 
 /// Bucket bounds of the duration histograms, in seconds (half a millisecond to ten
@@ -154,6 +156,11 @@ fn describe() {
         DB_POOL,
         "Database connections of this process's pool, by state (idle, used)."
     );
+    describe_counter!(
+        LOG_PAGES,
+        "Pages of the log this process's followers (projections, tails) read, by source: \
+         `memory` (this process's own latest commits) or `database`."
+    );
 }
 
 pub fn run_started(workflow: &str) {
@@ -227,6 +234,13 @@ pub fn http_request(method: &str, route: &str, status: u16, seconds: f64) {
         .increment(1);
     histogram!(HTTP_DURATION, "method" => method, "route" => route, "status" => status)
         .record(seconds);
+}
+
+/// A follower of the log read a page: from this process's own latest commits in
+/// memory, or from the database.
+pub fn log_page(from_memory: bool) {
+    let source = if from_memory { "memory" } else { "database" };
+    counter!(LOG_PAGES, "source" => source).increment(1);
 }
 
 /// The pool's connections: `size` open, `idle` of them idle.

@@ -33,6 +33,8 @@ crate::support::on_both_stores!(
     a_tail_sees_every_event_once_in_order_under_concurrent_writers,
     a_tail_is_woken_by_a_commit_not_by_its_poll,
     a_tail_is_woken_by_another_process_commit,
+    a_follower_reads_its_own_commits_from_memory_as_the_log_holds_them,
+    a_follower_reads_another_process_commit_from_the_log,
     reopening_the_store_finds_everything,
     migrations_are_idempotent,
     corrupt_rows_are_errors_that_name_the_event,

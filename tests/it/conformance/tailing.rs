@@ -293,3 +293,247 @@ pub async fn a_tail_is_woken_by_another_process_commit(backend: Backend) {
     }
     follower.abort();
 }
+
+/// Payloads of every JSON shape, to show the feed's events are the log's own.
+fn varied(n: usize) -> serde_json::Value {
+    json!({
+        "n": n,
+        "float": 0.1 + n as f64,
+        "tiny": 0.30000000000000004,
+        "huge": 1e300,
+        "zero": 0.0,
+        "negative": -42,
+        "big": u64::MAX,
+        "small": i64::MIN,
+        "text": format!("ünïcødé \"quoted\" \\ back\nslash {n} ✓"),
+        "nested": { "b": [1, 2.5, null, true, "x"], "a": {}, "empty": [] },
+    })
+}
+
+/// A follower of the log takes this process's own commits from memory, and what it
+/// takes is exactly what a read of the log gives: positions, versions, payloads of
+/// every JSON shape, metadata, `recorded_at`. Commits of many requests (one refused
+/// for a stale version) and of several events per request; a transaction's commit
+/// in between is not kept in memory and is read from the database.
+pub async fn a_follower_reads_its_own_commits_from_memory_as_the_log_holds_them(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let filter = EventFilter::default();
+    let mut following = awl::store::Following::default();
+    // The first read goes to the database.
+    let page = t
+        .store
+        .read_following(0, 100, &filter, &mut following)
+        .await
+        .unwrap();
+    assert!(page.events.is_empty() && page.reached_head);
+    assert_eq!(following.pages(), (0, 1));
+
+    let mut after = 0;
+    for round in 0..4usize {
+        // Concurrent appends: group-committed, several requests per commit.
+        let mut appends = Vec::new();
+        for w in 0..8usize {
+            let store = t.store.clone();
+            let s = stream(StreamType::Task, format!("feed-{w}"));
+            let expected = if w == 7 && round > 0 {
+                // Stale on purpose: refused, and it must not show up.
+                ExpectedVersion::Exactly(0)
+            } else {
+                ExpectedVersion::Any
+            };
+            let metadata = awl::log::Metadata {
+                correlation_id: Some(uuid::Uuid::now_v7()),
+                ..awl::log::Metadata::actor(format!("writer {w}"))
+            };
+            let events = (0..1 + w % 3)
+                .map(|i| {
+                    NewEvent::new("feed.test", 1, varied(round * 100 + w * 10 + i))
+                        .with_metadata(metadata.clone())
+                })
+                .collect();
+            appends.push(tokio::spawn(async move {
+                store.append(append(&s, expected, events)).await
+            }));
+        }
+        let mut refused = 0;
+        for a in appends {
+            if within(30, "an append", a).await.unwrap().is_err() {
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, usize::from(round > 0));
+        if round == 2 {
+            // A transaction's commit: not in memory, read from the log.
+            let mut tx = t.store.begin().await.unwrap();
+            tx.append(&[wake_up(&stream(StreamType::Run, "tx"), varied(7))])
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        let head = t.store.head().await.unwrap();
+        let (logged, _) = t.store.read_page(after, 1_000, &filter).await.unwrap();
+        let mut followed = Vec::new();
+        loop {
+            let page = t
+                .store
+                .read_following(after, 1_000, &filter, &mut following)
+                .await
+                .unwrap();
+            followed.extend(page.events);
+            after = page.scanned;
+            if page.reached_head {
+                break;
+            }
+        }
+        assert_eq!(after, head, "round {round}: caught up to the head");
+        assert_eq!(followed, logged, "round {round}: the log's own events");
+    }
+    let (fed, read) = following.pages();
+    assert!(
+        fed >= 4,
+        "own commits came from memory: {fed} fed, {read} read"
+    );
+    assert!(
+        read >= 2,
+        "the transaction's commit was read: {fed} fed, {read} read"
+    );
+
+    // A filtered follower gets the same as a filtered read.
+    let tasks = EventFilter {
+        stream_types: vec![StreamType::Run],
+        ..EventFilter::default()
+    };
+    let before = t.store.head().await.unwrap();
+    t.store
+        .append(wake_up(&stream(StreamType::Task, "other"), json!({})))
+        .await
+        .unwrap();
+    t.store
+        .append(wake_up(&stream(StreamType::Run, "mine"), varied(9)))
+        .await
+        .unwrap();
+    let mut following = following.clone();
+    let mut after = before;
+    let mut followed = Vec::new();
+    loop {
+        let page = t
+            .store
+            .read_following(after, 1_000, &tasks, &mut following)
+            .await
+            .unwrap();
+        followed.extend(page.events);
+        after = page.scanned;
+        if page.reached_head {
+            break;
+        }
+    }
+    let (logged, _) = t.store.read_page(before, 1_000, &tasks).await.unwrap();
+    assert_eq!(followed, logged);
+    assert_eq!(followed.len(), 1);
+}
+
+/// Own commits are taken from memory only while nothing else is known to follow
+/// them: another process's commit, announced by its notification, is read from the
+/// database, even when it lands right after a commit the follower takes from memory.
+/// (SQLite has no announcements: another process's commits are found by the poll.)
+pub async fn a_follower_reads_another_process_commit_from_the_log(backend: Backend) {
+    if backend == Backend::Sqlite {
+        return;
+    }
+    let options = || StoreOptions {
+        tail_poll: Some(Duration::from_secs(60)),
+        ..StoreOptions::default()
+    };
+    let t = TestStore::with_options(backend, options()).await;
+    let other = awl::store::EventStore::open(&t.location, options())
+        .await
+        .unwrap();
+    let theirs = stream(StreamType::Task, "theirs");
+    // A tail starts this process's listener. Once it has been woken for another
+    // process's commit after its first read, the listener is listening.
+    let mut tail = Box::pin(t.store.tail(0, EventFilter::default()));
+    for n in 0..2 {
+        other
+            .append(wake_up(&theirs, json!({ "n": n })))
+            .await
+            .unwrap();
+        within(10, "the tail", tail.next()).await.unwrap().unwrap();
+    }
+    let filter = EventFilter::default();
+    let mut following = awl::store::Following::default();
+    let start = t.store.head().await.unwrap();
+    let page = t
+        .store
+        .read_following(0, 100, &filter, &mut following)
+        .await
+        .unwrap();
+    assert_eq!((page.scanned, page.reached_head), (start, true));
+
+    let s = stream(StreamType::Task, "mine");
+    let first = t
+        .store
+        .append(wake_up(&s, json!({ "n": 1 })))
+        .await
+        .unwrap();
+    let page = t
+        .store
+        .read_following(start, 100, &filter, &mut following)
+        .await
+        .unwrap();
+    assert_eq!(following.pages().0, 1, "an own commit from memory");
+    assert_eq!(page.scanned, first.last_position);
+    assert!(page.reached_head);
+
+    // This process commits, then the other; the other's notification arrives.
+    let second = t
+        .store
+        .append(wake_up(&s, json!({ "n": 2 })))
+        .await
+        .unwrap();
+    let elsewhere = other.append(wake_up(&theirs, json!({}))).await.unwrap();
+    assert_eq!(elsewhere.last_position, second.last_position + 1);
+    within(10, "the tail to hear of it", async {
+        loop {
+            let e = tail.next().await.unwrap().unwrap();
+            if e.position == elsewhere.last_position {
+                return;
+            }
+        }
+    })
+    .await;
+    let page = t
+        .store
+        .read_following(first.last_position, 100, &filter, &mut following)
+        .await
+        .unwrap();
+    assert_eq!(following.pages().0, 2, "the own commit from memory");
+    assert_eq!(page.scanned, second.last_position);
+    assert!(
+        !page.reached_head,
+        "another process's commit is known to follow"
+    );
+    let page = t
+        .store
+        .read_following(page.scanned, 100, &filter, &mut following)
+        .await
+        .unwrap();
+    assert_eq!(following.pages().0, 2, "read from the log");
+    assert_eq!(page.events.len(), 1);
+    assert_eq!(page.events[0].stream.id, "theirs");
+    assert!(page.reached_head);
+
+    // And after it, own commits come from memory again.
+    let third = t
+        .store
+        .append(wake_up(&s, json!({ "n": 3 })))
+        .await
+        .unwrap();
+    let page = t
+        .store
+        .read_following(elsewhere.last_position, 100, &filter, &mut following)
+        .await
+        .unwrap();
+    assert_eq!(following.pages().0, 3);
+    assert_eq!(page.scanned, third.last_position);
+    assert!(page.reached_head);
+}
