@@ -13,6 +13,7 @@
 //!     cargo bench --bench board                     # Postgres and SQLite
 //!     cargo bench --bench board -- --only postgres
 //!     cargo bench --bench board -- --only postgres --lifecycles-only --senders 16 --agents 40
+//!     cargo bench --bench board -- --only postgres --lifecycles-only --tasks 40000   # a longer phase, to profile
 //!
 //! Postgres comes from AWL_BENCH_DATABASE_URL or DATABASE_URL (an admin URL; each
 //! measurement creates and drops its own database), default the local server.
@@ -29,14 +30,16 @@ mod board_support;
 mod support;
 use board_support::{Client, dispatch_latency, send_tasks, setup, spawn_agents};
 
+/// Tasks sent in the lifecycle phase unless `--tasks` says otherwise.
 const LIFECYCLE_TASKS: usize = 4_000;
 
-/// The load of the lifecycle phase: `senders` clients send tasks one after another
-/// while `agents` agents loop wait -> ack -> complete.
+/// The load of the lifecycle phase: `senders` clients send `tasks` tasks one after
+/// another while `agents` agents loop wait -> ack -> complete.
 #[derive(Debug, Clone, Copy)]
 struct Load {
     senders: usize,
     agents: usize,
+    tasks: usize,
 }
 
 async fn lifecycles_per_second(kind: &str, load: Load) -> f64 {
@@ -51,10 +54,10 @@ async fn lifecycles_per_second(kind: &str, load: Load) -> f64 {
     let senders = (0..load.senders)
         .map(|_| Client::new(&setup.server, &setup.operator))
         .collect();
-    send_tasks(senders, LIFECYCLE_TASKS).await;
+    send_tasks(senders, load.tasks).await;
     // Counted by the agents as each `complete` is answered (after its commit): the
     // clock stops without the measurement itself reading the store.
-    while completed.load(Ordering::Relaxed) < LIFECYCLE_TASKS {
+    while completed.load(Ordering::Relaxed) < load.tasks {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
@@ -70,17 +73,17 @@ async fn lifecycles_per_second(kind: &str, load: Load) -> f64 {
         .server
         .board
         .store()
-        .read_page(0, 100_000, &filter)
+        .read_page(0, i64::MAX, &filter)
         .await
         .expect("read")
         .0
         .len();
     assert_eq!(
-        recorded, LIFECYCLE_TASKS,
+        recorded, load.tasks,
         "every task's completion is in the log"
     );
     setup.server.shutdown().await.expect("shutdown");
-    LIFECYCLE_TASKS as f64 / elapsed
+    load.tasks as f64 / elapsed
 }
 
 fn number(value: Option<String>, flag: &str) -> usize {
@@ -96,6 +99,7 @@ async fn main() {
     let mut load = Load {
         senders: 4,
         agents: 20,
+        tasks: LIFECYCLE_TASKS,
     };
     let mut lifecycles_only = false;
     let mut args = std::env::args().skip(1);
@@ -104,13 +108,14 @@ async fn main() {
             "--only" => only = args.next(),
             "--senders" => load.senders = number(args.next(), "--senders"),
             "--agents" => load.agents = number(args.next(), "--agents"),
+            "--tasks" => load.tasks = number(args.next(), "--tasks"),
             "--lifecycles-only" => lifecycles_only = true,
             _ => {}
         }
     }
     println!(
-        "lifecycles: {} senders, {} agents",
-        load.senders, load.agents
+        "lifecycles: {} senders, {} agents, {} tasks",
+        load.senders, load.agents, load.tasks
     );
     println!("| store | dispatch p50 | dispatch p99 | dispatch max | full lifecycles / s |");
     println!("|---|---|---|---|---|");

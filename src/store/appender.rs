@@ -17,9 +17,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::log::{AppendRequest, Appended, RecordedEvent, Upcasters};
 
 use super::StoreError;
-use super::backend::{Backend, Recorded};
+use super::backend::Backend;
 use super::decode::{RawEvent, RawJson, RawMetadata};
 use super::feed::Feed;
+use super::plan::Recorded;
 use super::signals::Signals;
 
 /// Most events written by one group-commit transaction.

@@ -1,18 +1,12 @@
 //! The two backends behind one set of calls.
 
-use crate::log::{AppendRequest, Appended, EventFilter, StreamRef};
+use crate::log::{AppendRequest, EventFilter, StreamRef};
 
 use super::StoreError;
 use super::decode::RawEvent;
+use super::plan::Recorded;
 use super::postgres::PgBackend;
 use super::sqlite::SqliteBackend;
-
-/// A group commit's answers, one per request, and when its events were recorded
-/// (none if nothing was written).
-pub(crate) struct Recorded {
-    pub results: Vec<Result<Appended, StoreError>>,
-    pub recorded_at: Option<chrono::DateTime<chrono::Utc>>,
-}
 
 #[derive(Clone)]
 pub(crate) enum Backend {

@@ -170,6 +170,13 @@ pub(crate) fn reached_head(
     (returned as i64) < limit && scanned < scan_upper_bound(after, limit, i64::MAX, filter)
 }
 
+/// A group commit's answers, one per request, and when its events were recorded
+/// (none if nothing was written).
+pub(crate) struct Recorded {
+    pub results: Vec<Result<Appended, StoreError>>,
+    pub recorded_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
 /// The distinct streams named in a batch, for the version lookup.
 pub(crate) fn distinct_streams<'a>(requests: &[&'a AppendRequest]) -> Vec<&'a StreamRef> {
     let mut seen: Vec<&StreamRef> = requests.iter().map(|r| &r.stream).collect();

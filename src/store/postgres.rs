@@ -17,9 +17,8 @@ use sqlx::{PgConnection, Row};
 
 use crate::log::{AppendRequest, Appended, EventFilter, ExpectedVersion, Metadata, StreamRef};
 
-use super::backend::Recorded;
 use super::decode::{RawEvent, RawJson, RawMetadata};
-use super::plan::{self, Atomicity};
+use super::plan::{self, Atomicity, Recorded};
 use super::{StoreError, migrations};
 
 /// The notification channel that carries the new log head after each append.

@@ -20,9 +20,8 @@ use sqlx::{Row, SqliteConnection};
 
 use crate::log::{AppendRequest, Appended, EventFilter, StreamRef};
 
-use super::backend::Recorded;
 use super::decode::{RawEvent, RawJson, RawMetadata};
-use super::plan::{self, Atomicity, Plan};
+use super::plan::{self, Atomicity, Plan, Recorded};
 use super::{StoreError, migrations};
 
 const SELECT: &str = "SELECT position, stream_type, stream_id, version, event_type, event_version, payload, metadata, recorded_at FROM events";
