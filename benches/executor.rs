@@ -8,6 +8,8 @@
 //!     cargo bench --bench executor -- --only postgres --runs 1000
 //!     cargo bench --bench executor -- --only postgres --runs 5000 --steps sleep,http \
 //!         --workers 2 --throughput-only
+//!     cargo bench --bench executor -- --only postgres --runs 5000 --steps sleep \
+//!         --workers 2 --throughput-only --projections   # the projections live beside
 //!
 //! Postgres comes from AWL_BENCH_DATABASE_URL or DATABASE_URL (an admin URL; each
 //! measurement creates and drops its own database), default
@@ -58,6 +60,9 @@ struct Config {
     workers: Vec<usize>,
     /// Skip the latency and replay measurements.
     throughput_only: bool,
+    /// Keep the projections live in the first worker's process while measuring
+    /// throughput, as `awl serve` with an in-process worker does.
+    projections: bool,
 }
 
 fn config() -> Config {
@@ -69,6 +74,7 @@ fn config() -> Config {
         steps: Vec::new(),
         workers: vec![1, 2],
         throughput_only: false,
+        projections: false,
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -87,6 +93,7 @@ fn config() -> Config {
                     .unwrap_or_default();
             }
             "--throughput-only" => c.throughput_only = true,
+            "--projections" => c.projections = true,
             _ => {}
         }
     }
@@ -211,7 +218,15 @@ async fn main() {
                 continue;
             }
             for &workers in &cfg.workers {
-                let (rate, secs) = throughput(kind, &cfg.admin_url, cfg.runs, workers, &body).await;
+                let (rate, secs) = throughput(
+                    kind,
+                    &cfg.admin_url,
+                    cfg.runs,
+                    workers,
+                    &body,
+                    cfg.projections,
+                )
+                .await;
                 println!(
                     "| {label} | {workers} | {} | {} | {secs:.2} | {rate:.0} |",
                     cfg.runs,

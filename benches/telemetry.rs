@@ -65,7 +65,7 @@ async fn measure(mode: &str, runs: usize) {
         } else {
             let cpu_before = process_cpu_ms();
             let (steps_per_second, _) =
-                runs_support::throughput("postgres", &admin, runs, 2, STEP).await;
+                runs_support::throughput("postgres", &admin, runs, 2, STEP, false).await;
             let cpu = (process_cpu_ms() - cpu_before) / (runs as f64 * 10.0) * 1000.0;
             (steps_per_second, cpu)
         };

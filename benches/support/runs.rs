@@ -86,12 +86,17 @@ pub async fn all_finished(store: &EventStore, ids: &[RunId]) -> bool {
 
 /// Steps per second: start `runs` runs of ten steps `body`, then let `workers`
 /// workers finish them.
+/// Steps per second and seconds for `runs` ten-step runs of `body` carried out by
+/// `workers` workers, each with its own pool as separate processes would have. With
+/// `projections`, the first worker's process also keeps the projections live, as an
+/// `awl serve` with an in-process worker does.
 pub async fn throughput(
     kind: &str,
     admin_url: &str,
     runs: usize,
     workers: usize,
     body: &str,
+    projections: bool,
 ) -> (f64, f64) {
     let fresh = fresh(kind, admin_url).await;
     let dir = tempfile::tempdir().expect("dir");
@@ -100,6 +105,7 @@ pub async fn throughput(
     let (stop_tx, stop_rx) = watch::channel(false);
     let started = Instant::now();
     let mut handles = Vec::new();
+    let mut following = Vec::new();
     for w in 0..workers {
         // Each worker its own pool, as separate processes would have.
         let store = EventStore::open(
@@ -111,6 +117,11 @@ pub async fn throughput(
         )
         .await
         .expect("open");
+        if projections && w == 0 {
+            let live = awl::projections::Projections::new(store.clone());
+            let stop = stop_rx.clone();
+            following.push(tokio::spawn(async move { live.run(stop).await }));
+        }
         handles.push(tokio::spawn(
             worker(&store, &format!("bench-{w}")).run(stop_rx.clone()),
         ));
@@ -122,6 +133,9 @@ pub async fn throughput(
     let _ = stop_tx.send(true);
     for h in handles {
         h.await.expect("join").expect("worker");
+    }
+    for f in following {
+        f.await.expect("join").expect("projections");
     }
     let statuses = fresh
         .store
