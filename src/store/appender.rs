@@ -18,7 +18,6 @@ use crate::log::{AppendRequest, Appended, RecordedEvent, Upcasters};
 
 use super::StoreError;
 use super::backend::Backend;
-use super::decode::{RawEvent, RawJson, RawMetadata};
 use super::feed::Feed;
 use super::plan::Recorded;
 use super::signals::Signals;
@@ -101,8 +100,8 @@ pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, to: Com
 }
 
 /// The events of a commit as a reader of the log gets them: through the same
-/// decoding and upcasters. `None` if one would not decode (a reader of the log
-/// then meets the error itself).
+/// upcasters. `None` if one would not upcast (a reader of the log then meets the
+/// error itself).
 fn as_recorded(
     written: Vec<(AppendRequest, Appended)>,
     recorded_at: DateTime<Utc>,
@@ -112,20 +111,20 @@ fn as_recorded(
     for (request, appended) in written {
         let count = request.events.len() as i64;
         let first_version = appended.stream_version - count + 1;
-        let stream_type = request.stream.kind.as_str();
         for (i, event) in (0..).zip(request.events) {
-            let raw = RawEvent {
+            let (event_version, payload) = upcasters
+                .upcast(&event.event_type, event.event_version, event.payload)
+                .ok()?;
+            out.push(RecordedEvent {
                 position: appended.first_position + i,
-                stream_type: stream_type.to_string(),
-                stream_id: request.stream.id.clone(),
+                stream: request.stream.clone(),
                 version: first_version + i,
                 event_type: event.event_type,
-                event_version: event.event_version,
-                payload: RawJson::Parsed(event.payload),
-                metadata: RawMetadata::Decoded(Ok(event.metadata)),
+                event_version,
+                payload,
+                metadata: event.metadata,
                 recorded_at,
-            };
-            out.push(raw.decode(upcasters).ok()?);
+            });
         }
     }
     Some(out)

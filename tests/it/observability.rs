@@ -113,6 +113,12 @@ async fn metrics_and_readiness_after_a_run(backend: Backend) {
         "{text}"
     );
     assert!(text.contains("# HELP awl_runs_finished_total"), "{text}");
+    // The projections' first page (and every page of the worker's transactions'
+    // commits) is read from the database.
+    assert!(
+        sample(&text, "awl_log_pages_total", &[("source", "database")]).is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
 
     let (status, ready) = api.call(None, reqwest::Method::GET, "/ready", None).await;
     assert_eq!(status, StatusCode::OK, "{ready}");

@@ -22,6 +22,43 @@ fn wake_up(s: &awl::log::StreamRef, payload: serde_json::Value) -> awl::log::App
     )
 }
 
+/// This test's store and a second one on the same database, opened as another
+/// process would. Caught-up tails poll once a minute, so a prompt wake-up can only
+/// come from a commit.
+async fn two_processes(backend: Backend) -> (TestStore, awl::store::EventStore) {
+    let options = || StoreOptions {
+        tail_poll: Some(Duration::from_secs(60)),
+        ..StoreOptions::default()
+    };
+    let t = TestStore::with_options(backend, options()).await;
+    let other = awl::store::EventStore::open(&t.location, options())
+        .await
+        .unwrap();
+    (t, other)
+}
+
+/// Follow the log from `after`, page by page, until a page says it reached the head:
+/// the events and the position it ended at.
+async fn follow_to_head(
+    store: &awl::store::EventStore,
+    mut after: i64,
+    filter: &EventFilter,
+    following: &mut awl::store::Following,
+) -> (Vec<awl::log::RecordedEvent>, i64) {
+    let mut followed = Vec::new();
+    loop {
+        let page = store
+            .read_following(after, 1_000, filter, following)
+            .await
+            .unwrap();
+        followed.extend(page.events);
+        after = page.scanned;
+        if page.reached_head {
+            return (followed, after);
+        }
+    }
+}
+
 fn tagged(kind: &str, writer: usize, round: usize, n: usize) -> Vec<NewEvent> {
     (0..n)
         .map(|i| {
@@ -251,14 +288,7 @@ pub async fn a_tail_is_woken_by_another_process_commit(backend: Backend) {
     if backend == Backend::Sqlite {
         return;
     }
-    let options = || StoreOptions {
-        tail_poll: Some(Duration::from_secs(60)),
-        ..StoreOptions::default()
-    };
-    let t = TestStore::with_options(backend, options()).await;
-    let other = awl::store::EventStore::open(&t.location, options())
-        .await
-        .unwrap();
+    let (t, other) = two_processes(backend).await;
     let s = stream(StreamType::Task, "elsewhere");
     // Followed all along in the background, as a server's followers are (a tail
     // polled only when asked would take any signal left pending meanwhile).
@@ -372,19 +402,8 @@ pub async fn a_follower_reads_its_own_commits_from_memory_as_the_log_holds_them(
         }
         let head = t.store.head().await.unwrap();
         let (logged, _) = t.store.read_page(after, 1_000, &filter).await.unwrap();
-        let mut followed = Vec::new();
-        loop {
-            let page = t
-                .store
-                .read_following(after, 1_000, &filter, &mut following)
-                .await
-                .unwrap();
-            followed.extend(page.events);
-            after = page.scanned;
-            if page.reached_head {
-                break;
-            }
-        }
+        let (followed, end) = follow_to_head(&t.store, after, &filter, &mut following).await;
+        after = end;
         assert_eq!(after, head, "round {round}: caught up to the head");
         assert_eq!(followed, logged, "round {round}: the log's own events");
     }
@@ -399,7 +418,7 @@ pub async fn a_follower_reads_its_own_commits_from_memory_as_the_log_holds_them(
     );
 
     // A filtered follower gets the same as a filtered read.
-    let tasks = EventFilter {
+    let runs = EventFilter {
         stream_types: vec![StreamType::Run],
         ..EventFilter::default()
     };
@@ -412,22 +431,8 @@ pub async fn a_follower_reads_its_own_commits_from_memory_as_the_log_holds_them(
         .append(wake_up(&stream(StreamType::Run, "mine"), varied(9)))
         .await
         .unwrap();
-    let mut following = following.clone();
-    let mut after = before;
-    let mut followed = Vec::new();
-    loop {
-        let page = t
-            .store
-            .read_following(after, 1_000, &tasks, &mut following)
-            .await
-            .unwrap();
-        followed.extend(page.events);
-        after = page.scanned;
-        if page.reached_head {
-            break;
-        }
-    }
-    let (logged, _) = t.store.read_page(before, 1_000, &tasks).await.unwrap();
+    let (followed, _) = follow_to_head(&t.store, before, &runs, &mut following).await;
+    let (logged, _) = t.store.read_page(before, 1_000, &runs).await.unwrap();
     assert_eq!(followed, logged);
     assert_eq!(followed.len(), 1);
 }
@@ -440,14 +445,7 @@ pub async fn a_follower_reads_another_process_commit_from_the_log(backend: Backe
     if backend == Backend::Sqlite {
         return;
     }
-    let options = || StoreOptions {
-        tail_poll: Some(Duration::from_secs(60)),
-        ..StoreOptions::default()
-    };
-    let t = TestStore::with_options(backend, options()).await;
-    let other = awl::store::EventStore::open(&t.location, options())
-        .await
-        .unwrap();
+    let (t, other) = two_processes(backend).await;
     let theirs = stream(StreamType::Task, "theirs");
     // A tail starts this process's listener. Once it has been woken for another
     // process's commit after its first read, the listener is listening.
