@@ -40,7 +40,7 @@ pub async fn fold<A>(
 where
     A: Aggregate + Serialize + DeserializeOwned + Clone,
 {
-    fold_with(w, projection, table, key, kind, events, |_, _, _, _| {}).await
+    fold_events(w, projection, table, key, kind, events, None).await
 }
 
 /// [`fold`], calling `each(id, before, after, event)` for every event applied.
@@ -55,7 +55,27 @@ pub async fn fold_with<A, F>(
 ) -> Result<Vec<Folded<A>>, ProjectionError>
 where
     A: Aggregate + Serialize + DeserializeOwned + Clone,
-    F: FnMut(&str, &A, &A, &RecordedEvent),
+    F: FnMut(&str, &A, &A, &RecordedEvent) + Send,
+{
+    fold_events(w, projection, table, key, kind, events, Some(&mut each)).await
+}
+
+/// A callback that sees each event with the state before and after it.
+type EachEvent<'f, A> = &'f mut (dyn FnMut(&str, &A, &A, &RecordedEvent) + Send);
+
+/// [`fold_with`]; without a callback the state is not copied before every event
+/// (a run's state is kilobytes, and the runs projection folds every run event).
+async fn fold_events<A>(
+    w: &mut Writer<'_>,
+    projection: &'static str,
+    table: &str,
+    key: &str,
+    kind: StreamType,
+    events: &[RecordedEvent],
+    mut each: Option<EachEvent<'_, A>>,
+) -> Result<Vec<Folded<A>>, ProjectionError>
+where
+    A: Aggregate + Serialize + DeserializeOwned + Clone,
 {
     let mut by_stream: BTreeMap<&str, Vec<&RecordedEvent>> = BTreeMap::new();
     for e in events.iter().filter(|e| e.stream.kind == kind) {
@@ -115,9 +135,15 @@ where
                     ),
                 });
             }
-            let previous = state.clone();
-            state.apply(domain_io::decode::<A>(e)?);
-            each(id, &previous, &state, e);
+            let event = domain_io::decode::<A>(e)?;
+            match each.as_deref_mut() {
+                Some(each) => {
+                    let previous = state.clone();
+                    state.apply(event);
+                    each(id, &previous, &state, e);
+                }
+                None => state.apply(event),
+            }
             version = e.version;
         }
         if version != before {

@@ -97,6 +97,13 @@ impl Projection for Runs {
     fn stream_types(&self) -> Vec<StreamType> {
         vec![StreamType::Run]
     }
+    fn updated_in_place(&self) -> &'static [&'static str] {
+        // A live run's row is rewritten with each batch that holds its events, and a
+        // step attempt's row when it starts and again when it ends; their indexed
+        // columns rarely change, so with room on the page the new version is written
+        // beside the old (HOT) instead of into every index.
+        &["runs", "run_steps"]
+    }
 
     async fn apply(
         &self,
@@ -113,7 +120,13 @@ impl Projection for Runs {
                 .map(|w| w.to_string())
                 .unwrap_or_default();
             for step_id in f.state.steps().keys() {
+                let before = f.before.attempts(step_id);
                 for a in f.state.attempts(step_id) {
+                    // An attempt as it was before the batch has its row already (a
+                    // run's rows are written with the state they were folded from).
+                    if before.iter().any(|b| b == a) {
+                        continue;
+                    }
                     let output = (a.outcome == Some(AttemptOutcome::Succeeded))
                         .then(|| f.state.succeeded_output(step_id))
                         .flatten()

@@ -36,6 +36,13 @@ on_both_stores!(worker_threads = 4;
     catching_up_past_full_pages_reads_ahead_and_misses_nothing,
 );
 
+mod postgres_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_runs_folded_state_is_compressed_with_lz4() {
+        super::a_runs_folded_state_is_compressed_with_lz4().await;
+    }
+}
+
 /// Every view's rows, ordered by their keys.
 async fn snapshot(store: &EventStore) -> Vec<(String, Vec<Map<String, Value>>)> {
     let views = [
@@ -493,6 +500,10 @@ async fn the_views_follow_a_run_and_a_task_live(backend: Backend) {
         .map(|s| s["step_id"].as_str().unwrap())
         .collect();
     assert_eq!(steps, ["build", "approve", "ship"], "{timeline}");
+    // The gate's step was in the view, started, while its gate waited in the inbox:
+    // its row is written again when it ends.
+    assert_eq!(timeline["steps"][1]["outcome"], "SUCCEEDED", "{timeline}");
+    assert!(timeline["steps"][1]["ended_at"].is_string(), "{timeline}");
     assert_eq!(timeline["gates"][0]["decision"], "APPROVED");
     assert_eq!(timeline["gates"][0]["decided_by"], "local");
     assert!(
@@ -816,4 +827,80 @@ async fn catching_up_past_full_pages_reads_ahead_and_misses_nothing(backend: Bac
     for status in projections.status().await.expect("status") {
         assert_eq!(status.position, head, "{}", status.name);
     }
+}
+
+/// On Postgres a projection's large values (here a run's folded state, rewritten with
+/// each batch of its events) are compressed with lz4, not the slower default pglz.
+async fn a_runs_folded_state_is_compressed_with_lz4() {
+    let t = TestStore::new(Backend::Postgres).await;
+    let built_with_lz4 = t
+        .store
+        .query_rows(
+            "SELECT 1 AS yes FROM pg_settings \
+             WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(
+        !built_with_lz4.is_empty(),
+        "this test needs a Postgres built with lz4 (Debian's and the official images are)"
+    );
+    let projections = Projections::new(t.store.clone());
+    projections.prepare().await.expect("prepare");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("long.awl.yaml");
+    std::fs::write(
+        &file,
+        r#"
+name: long
+version: "1.0.0"
+inputs:
+  text: {type: string, required: true}
+steps:
+  - {id: say, type: tool, tool: echo, inputs: {message: "${{ inputs.text }}"}}
+"#,
+    )
+    .unwrap();
+    let registered = definitions::register_file(&t.store, &file, "test", Utc::now())
+        .await
+        .expect("register");
+    let mut inputs = Map::new();
+    // A state of kilobytes, well past the size at which Postgres compresses a row.
+    inputs.insert("text".into(), json!("the same words again. ".repeat(400)));
+    let run_id = Runs::new(t.store.clone(), system_clock())
+        .start_version(&registered, inputs, "test")
+        .await
+        .unwrap()
+        .run_id;
+    let (stop, stop_rx) = watch::channel(false);
+    let worker = Worker::new(
+        t.store.clone(),
+        Runners::new(RunnersConfig::default()),
+        WorkerConfig::new("w"),
+        system_clock(),
+    );
+    let worker = tokio::spawn(worker.run(stop_rx));
+    let stream = StreamRef::new(StreamType::Run, run_id.to_string());
+    wait_for(30, "the run to end", async || {
+        let (run, _) = domain_io::load::<Run>(&t.store, &stream).await.unwrap();
+        run.is_terminal().then_some(())
+    })
+    .await;
+    let _ = stop.send(true);
+    worker.await.unwrap().unwrap();
+    projections.catch_up_all().await.unwrap();
+    let rows = t
+        .store
+        .query_rows(
+            "SELECT status, pg_column_compression(state) AS method, \
+                    octet_length(state) AS chars FROM runs",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "SUCCEEDED", "{rows:?}");
+    assert!(rows[0]["chars"].as_i64().unwrap() > 8_000, "{rows:?}");
+    assert_eq!(rows[0]["method"], "lz4", "{rows:?}");
 }
