@@ -264,7 +264,7 @@ fn embed_directory_tools(
 pub fn content_hash(json: &Value) -> String {
     let bytes = serde_json::to_vec(json).unwrap_or_default();
     let digest = Sha256::digest(&bytes);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(digest)
 }
 
 /// Register `workflow` (as `json`) as a version of its workflow stream. Registering

@@ -102,7 +102,7 @@ impl Notice {
     pub fn digest(&self) -> String {
         let bytes = serde_json::to_vec(self).unwrap_or_default();
         let hash = Sha256::digest(&bytes);
-        hash.iter().take(12).map(|b| format!("{b:02x}")).collect()
+        hex::encode(&hash[..12])
     }
 
     /// The same notice, decided: no buttons, and how it ended.

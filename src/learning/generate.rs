@@ -33,7 +33,7 @@ pub fn workflow_name(scope: &str, tools: &[String]) -> String {
     let slug: String = slug.chars().take(40).collect();
     let slug = slug.trim_end_matches('-');
     let digest = Sha256::digest(format!("{scope}\n{}", signature(tools)).as_bytes());
-    let short: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let short = hex::encode(&digest[..4]);
     format!("learned-{slug}-{short}")
 }
 

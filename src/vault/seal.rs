@@ -64,7 +64,7 @@ impl KeyId {
             .chain_update(b"awl subject\0")
             .chain_update(subject.as_bytes())
             .finalize();
-        Self(digest[..16].iter().map(|b| format!("{b:02x}")).collect())
+        Self(hex::encode(&digest[..16]))
     }
 
     /// The key a run's secret inputs are sealed with.
