@@ -84,8 +84,6 @@ pub async fn all_finished(store: &EventStore, ids: &[RunId]) -> bool {
     }
 }
 
-/// Steps per second: start `runs` runs of ten steps `body`, then let `workers`
-/// workers finish them.
 /// Steps per second and seconds for `runs` ten-step runs of `body` carried out by
 /// `workers` workers, each with its own pool as separate processes would have. With
 /// `projections`, the first worker's process also keeps the projections live, as an

@@ -58,7 +58,7 @@ pub fn slack(
     in_window(timestamp, now)?;
     let tag = signature
         .strip_prefix("v0=")
-        .and_then(from_hex)
+        .and_then(|tag| hex::decode(tag).ok())
         .ok_or(Refused::Forged)?;
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
     let mut content = format!("v0:{timestamp}:").into_bytes();
@@ -72,12 +72,12 @@ pub fn slack_signature(secret: &str, timestamp: i64, body: &[u8]) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
     let mut content = format!("v0:{timestamp}:").into_bytes();
     content.extend_from_slice(body);
-    format!("v0={}", to_hex(hmac::sign(&key, &content).as_ref()))
+    format!("v0={}", hex::encode(hmac::sign(&key, &content).as_ref()))
 }
 
 /// An Ed25519 public key given as hex, if it is one.
-pub fn public_key(hex: &str) -> Option<Vec<u8>> {
-    from_hex(hex.trim()).filter(|k| k.len() == 32)
+pub fn public_key(text: &str) -> Option<Vec<u8>> {
+    hex::decode(text.trim()).ok().filter(|k| k.len() == 32)
 }
 
 /// Check a Discord request: `X-Signature-Ed25519` and `X-Signature-Timestamp`.
@@ -92,7 +92,7 @@ pub fn discord(
     let signature = signature.ok_or(Refused::Unsigned("X-Signature-Ed25519"))?;
     in_window(timestamp, now)?;
     let key = public_key(public_key_hex).ok_or(Refused::NotConfigured("discord"))?;
-    let sig = from_hex(signature).ok_or(Refused::Forged)?;
+    let sig = hex::decode(signature).map_err(|_| Refused::Forged)?;
     let mut message = timestamp.as_bytes().to_vec();
     message.extend_from_slice(body);
     signature::UnparsedPublicKey::new(&signature::ED25519, key)
@@ -135,14 +135,6 @@ impl Replays {
         order.push_back((ts.max(horizon), signature.to_string()));
         Ok(())
     }
-}
-
-pub fn to_hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
-}
-
-fn from_hex(text: &str) -> Option<Vec<u8>> {
-    hex::decode(text).ok()
 }
 
 #[cfg(test)]
@@ -218,12 +210,12 @@ mod tests {
         let pkcs8 = signature::Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
         let pair = signature::Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
         use ring::signature::KeyPair;
-        let public = to_hex(pair.public_key().as_ref());
+        let public = hex::encode(pair.public_key().as_ref());
         let body = br#"{"type":1}"#;
         let ts = "1764144000";
         let mut message = ts.as_bytes().to_vec();
         message.extend_from_slice(body);
-        let sig = to_hex(pair.sign(&message).as_ref());
+        let sig = hex::encode(pair.sign(&message).as_ref());
         let now = at(1764144000);
         assert_eq!(discord(&public, Some(ts), Some(&sig), body, now), Ok(()));
         assert_eq!(
@@ -234,6 +226,13 @@ mod tests {
             discord(&public, Some("1764143000"), Some(&sig), body, now),
             Err(Refused::Stale(1000))
         );
+        for malformed in ["zz", &sig[1..], ""] {
+            assert_eq!(
+                discord(&public, Some(ts), Some(malformed), body, now),
+                Err(Refused::Forged),
+                "{malformed}"
+            );
+        }
         assert!(public_key(&public).is_some());
         assert!(public_key("abc").is_none());
     }

@@ -98,11 +98,13 @@ impl Projection for Runs {
         vec![StreamType::Run]
     }
     fn updated_in_place(&self) -> &'static [&'static str] {
-        // A live run's row is rewritten with each batch that holds its events, and a
-        // step attempt's row when it starts and again when it ends; their indexed
-        // columns rarely change, so with room on the page the new version is written
-        // beside the old (HOT) instead of into every index.
-        &["runs", "run_steps"]
+        // A live run's row is rewritten with each batch that holds its events (four
+        // or five times a run under the executor benchmark); its indexed columns
+        // rarely change, so with room on the page the new version is written beside
+        // the old (HOT) instead of into every index. `run_steps` is not: a timeline
+        // row is written once or twice, and room in its pages would double the
+        // largest of these tables for that.
+        &["runs"]
     }
 
     async fn apply(
