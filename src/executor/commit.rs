@@ -185,7 +185,11 @@ impl Worker {
                             h.version = version;
                             h.dirty = true;
                         }
-                        Err(e) => tracing::warn!(run = %d.run_id, error = %e, "cannot reload run"),
+                        Err(e) => {
+                            tracing::warn!(run = %d.run_id, error = %e, "cannot reload run");
+                            h.stale = true;
+                            h.dirty = true;
+                        }
                     }
                 }
                 continue;

@@ -119,12 +119,16 @@ async fn one(
     attempt: &Attempt<'_>,
     work: &Work,
 ) -> Result<StepSuccess, StepFailure> {
+    // Each runner's future boxed: inline, this function's future would be as large as
+    // the largest runner's (tens of KB), and a worker spawns one per step.
     match work {
-        Work::Shell(step) => runners.shell(attempt, step).await,
-        Work::Http(step) => runners.http(attempt, step).await,
-        Work::Database(step) => runners.database(attempt, step).await,
-        Work::Notify(step) => runners.notify(attempt, step).await,
-        Work::Builtin { tool, inputs } => runners.builtin_tool(attempt, tool, inputs).await,
+        Work::Shell(step) => Box::pin(runners.shell(attempt, step)).await,
+        Work::Http(step) => Box::pin(runners.http(attempt, step)).await,
+        Work::Database(step) => Box::pin(runners.database(attempt, step)).await,
+        Work::Notify(step) => Box::pin(runners.notify(attempt, step)).await,
+        Work::Builtin { tool, inputs } => {
+            Box::pin(runners.builtin_tool(attempt, tool, inputs)).await
+        }
         Work::External { tool, inputs } => match tools {
             Some(tools) => tools.call(attempt, tool, inputs).await,
             None => Err(no_external_tools(tool)),

@@ -271,17 +271,18 @@ impl Worker {
         }
         let mut decided = Vec::with_capacity(dirty.len());
         let mut refused = Vec::new();
-        for run_id in &dirty {
+        for (i, run_id) in dirty.iter().enumerate() {
             let Some(h) = held.get_mut(run_id) else {
                 continue;
             };
-            if h.stale {
-                let (run, version) = self.reload(run_id).await?;
-                h.run = run;
-                h.version = version;
-                h.stale = false;
-            }
-            let external = self.external_outcomes(h).await?;
+            let external = match self.prepare(h, run_id).await {
+                Ok(external) => external,
+                Err(e) => {
+                    // The decisions made so far took their runs' states.
+                    mark_stale(held, &dirty[..i]);
+                    return Err(e);
+                }
+            };
             h.dirty = false;
             h.outcomes.extend(external);
             match self.decide(run_id, h, now).await {
@@ -290,6 +291,8 @@ impl Worker {
                     // A bug or a definition the run does not fit: give the run back
                     // to be tried again later rather than hold it forever.
                     tracing::error!(run = %run_id, error = %e, "cannot decide for run; retrying in a minute");
+                    // The decision took the run's state: fold it again if it stays held.
+                    h.stale = true;
                     if h.in_flight.is_empty() {
                         refused.push(retry_later(run_id, h.epoch, h.version, now));
                     }
@@ -326,12 +329,7 @@ impl Worker {
             // commit): read these runs again before deciding for them. Outcomes the
             // decision carried are in the log if it was written; if not, their
             // attempts are started again with the same key (at least once).
-            for run_id in &dirty {
-                if let Some(h) = held.get_mut(run_id) {
-                    h.stale = true;
-                    h.dirty = true;
-                }
-            }
+            mark_stale(held, &dirty);
             return Err(e);
         }
         let mut heavy = Vec::new();
@@ -355,6 +353,18 @@ impl Worker {
             }
         }
         Ok(true)
+    }
+
+    /// A held run made ready to decide: folded again if stale, and the outcomes of
+    /// the tasks and child runs it waits on.
+    async fn prepare(&self, h: &mut Held, run_id: &str) -> Result<Vec<StepOutcome>, ExecError> {
+        if h.stale {
+            let (run, version) = self.reload(run_id).await?;
+            h.run = run;
+            h.version = version;
+            h.stale = false;
+        }
+        self.external_outcomes(h).await
     }
 
     /// Whether the events a run recorded after its start or last continuation (the
@@ -718,6 +728,17 @@ impl Worker {
             Ok(Some(due)) if due > now => (due - now).to_std().unwrap_or(poll).min(poll),
             Ok(Some(_)) => Duration::from_millis(1),
             _ => poll,
+        }
+    }
+}
+
+/// Runs to fold from the log again before their next decision, which is due now: their
+/// held state was taken by a decision that was not committed, or may not have been.
+fn mark_stale<'a>(held: &mut HashMap<String, Held>, runs: impl IntoIterator<Item = &'a String>) {
+    for run_id in runs {
+        if let Some(h) = held.get_mut(run_id) {
+            h.stale = true;
+            h.dirty = true;
         }
     }
 }

@@ -32,12 +32,12 @@ impl<'a> Walker<'a> {
     pub(super) fn after_success(
         &mut self,
         step: &'a Step,
-        output: &Value,
+        took_if_true: bool,
         prev: Option<&str>,
     ) -> Result<Progress, EngineError> {
         match &step.kind {
             StepKind::Conditional(c) => {
-                let (chosen, other) = if output["branch"] == "if_true" {
+                let (chosen, other) = if took_if_true {
                     (&c.if_true, &c.if_false)
                 } else {
                     (&c.if_false, &c.if_true)

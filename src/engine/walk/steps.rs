@@ -26,8 +26,9 @@ impl<'a> Walker<'a> {
     ) -> Result<Progress, EngineError> {
         let id = step_id(step);
         for _ in 0..MAX_MOVES_PER_STEP {
-            let state = self.state.step(&id).cloned();
-            let moved = match state {
+            // Matched by reference: a succeeded step's output is not copied on every
+            // walk (the walk passes every step of the run on every tick).
+            let moved = match self.state.step(&id) {
                 // Paused, or queued for a concurrency slot: nothing new is scheduled or
                 // started (steps in flight go on).
                 None | Some(StepState::Scheduled { .. })
@@ -47,11 +48,12 @@ impl<'a> Walker<'a> {
                     })?;
                     true
                 }
-                Some(StepState::Scheduled {
+                Some(&StepState::Scheduled {
                     attempt,
                     due_at,
-                    throttled,
+                    ref throttled,
                 }) => {
+                    let throttled = throttled.is_some();
                     if due_at > self.now {
                         self.wake(due_at);
                         return Ok(Progress::Blocked);
@@ -59,7 +61,7 @@ impl<'a> Walker<'a> {
                     if self.budget_hold(&id)? {
                         return Ok(Progress::Blocked);
                     }
-                    if throttled.is_some() {
+                    if throttled {
                         // Its token was reserved for now: take no other.
                         self.reserved_now
                             .insert(idempotency_key(self.run_id, &id, attempt));
@@ -67,7 +69,7 @@ impl<'a> Walker<'a> {
                     self.begin(step, attempt, prev)?;
                     true
                 }
-                Some(StepState::Running {
+                Some(&StepState::Running {
                     attempt,
                     timeout_at,
                     ..
@@ -91,17 +93,18 @@ impl<'a> Walker<'a> {
                     }
                 }
                 Some(StepState::Succeeded { output, .. }) => {
-                    return self.after_success(step, &output, prev);
+                    let took_if_true = output["branch"] == "if_true";
+                    return self.after_success(step, took_if_true, prev);
                 }
                 Some(StepState::Skipped { .. }) => {
                     self.skip_unscheduled(&step.children())?;
                     return Ok(Progress::Done);
                 }
-                Some(StepState::Failed {
+                Some(&StepState::Failed {
                     attempt,
-                    error,
+                    ref error,
                     is_final,
-                }) => match self.after_failure(step, attempt, error, is_final)? {
+                }) => match self.after_failure(step, attempt, error.clone(), is_final)? {
                     Some(progress) => return Ok(progress),
                     None => true,
                 },
