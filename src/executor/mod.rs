@@ -56,3 +56,14 @@ pub enum ExecError {
     #[error(transparent)]
     Definition(#[from] crate::definitions::DefinitionError),
 }
+
+impl ExecError {
+    /// A stored event of this one run (or of a task or child run it waits on) that
+    /// cannot be read back: about the run, not about the worker or the database.
+    fn is_unreadable(&self) -> bool {
+        matches!(
+            self,
+            Self::Corrupt { .. } | Self::Store(StoreError::Corrupt { .. })
+        )
+    }
+}

@@ -277,6 +277,18 @@ impl Worker {
             };
             let external = match self.prepare(h, run_id).await {
                 Ok(external) => external,
+                Err(e) if e.is_unreadable() => {
+                    // One run's unreadable history must not stop every other run:
+                    // set it aside (given back for a minute once nothing of it is
+                    // in flight), as a decision that fails is.
+                    tracing::error!(run = %run_id, error = %e, "cannot read what the run needs; retrying in a minute");
+                    h.stale = true;
+                    h.dirty = false;
+                    if h.in_flight.is_empty() {
+                        refused.push(retry_later(run_id, h.epoch, h.version, now));
+                    }
+                    continue;
+                }
                 Err(e) => {
                     // The decisions made so far took their runs' states.
                     mark_stale(held, &dirty[..i]);

@@ -13,7 +13,8 @@
 //!   (an approval, a task or child run ending): the store-level race, and a fan-out of
 //!   child workflows whose endings wake their parent;
 //! - an idle worker is woken by a run started in its process or (Postgres) another,
-//!   not by its fallback poll.
+//!   not by its fallback poll;
+//! - a run whose task cannot be read back is set aside; the worker's other runs go on.
 //!
 //! Every wait is bounded ([`LIMIT`]) and fails instead of hanging; assertions are on
 //! what the log and the queue recorded, not on how fast things happened.
@@ -1681,9 +1682,96 @@ pub async fn an_idle_worker_is_woken_by_a_run_start_not_by_its_poll(backend: Bac
     worker.await.expect("join").expect("the worker ran");
 }
 
+const WAITS_ON_AN_AGENT: &str = r#"
+name: waits-on-an-agent
+version: "1.0.0"
+steps:
+  - id: implement
+    type: agent
+    prompt: "Implement it"
+    capabilities: [rust]
+"#;
+
+/// A run whose task cannot be read back (an event in the task's stream that is not a
+/// task event) is set aside for a minute; the worker goes on with every other run
+/// instead of failing each round on it.
+pub async fn an_unreadable_run_does_not_stop_the_others(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, waiting) = register(&t.store, dir.path(), "agent.yaml", WAITS_ON_AN_AGENT).await;
+    let (_, one) = register(&t.store, dir.path(), "one.yaml", ONE_STEP).await;
+    let config = WorkerConfig {
+        poll: Duration::from_millis(100),
+        ..WorkerConfig::new("busy")
+    };
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let worker = Worker::new(
+        t.store.clone(),
+        Runners::new(RunnersConfig::default()),
+        config,
+        wall_clock(),
+    );
+    let worker = tokio::spawn(worker.run(stop_rx));
+
+    let poisoned = start(&t.store, &waiting, &[]).await;
+    let step = StepId::try_from("implement").unwrap();
+    let task = awl::engine::task_id(poisoned.parse().unwrap(), &step, 1).to_string();
+    let task_stream = StreamRef::new(StreamType::Task, task.as_str());
+    let queued = poll(LIMIT, async || {
+        let events = t.store.read_stream(&task_stream).await.unwrap();
+        (!events.is_empty()).then_some(())
+    })
+    .await;
+    assert!(queued.is_some(), "the agent step's task was never queued");
+    t.store
+        .append(AppendRequest::new(
+            task_stream,
+            ExpectedVersion::Any,
+            vec![NewEvent::new(
+                "task.garbled",
+                1,
+                serde_json::json!({"x": 1}),
+            )],
+        ))
+        .await
+        .expect("append an event the task cannot read");
+    let mut tx = t.store.begin().await.unwrap();
+    tx.wake_run(&poisoned, Utc::now()).await.unwrap();
+    tx.commit().await.unwrap();
+    // Give the worker time to claim the poisoned run, then start another.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = start(&t.store, &one, &[]).await;
+    let done = poll(30, async || {
+        is_finished(&events_of(&t.store, &other).await).then_some(())
+    })
+    .await;
+    assert!(
+        done.is_some(),
+        "a run whose task cannot be read stopped the worker's other runs"
+    );
+    let rows = t.store.wakeups().await.unwrap();
+    let (_, due, owner) = rows
+        .iter()
+        .find(|(id, _, _)| *id == poisoned)
+        .unwrap_or_else(|| panic!("the poisoned run left the queue: {rows:?}"));
+    assert!(
+        owner.is_none(),
+        "the poisoned run is given back, not held: {rows:?}"
+    );
+    let due = due.expect("a due time");
+    assert!(
+        due > Utc::now() + chrono::TimeDelta::seconds(30),
+        "the poisoned run is set aside for a minute, not retried at once: due {due}"
+    );
+    assert!(!is_finished(&events_of(&t.store, &poisoned).await));
+    stop.send(true).expect("stop the worker");
+    worker.await.expect("join").expect("the worker ran");
+}
+
 crate::support::on_both_stores!(
     worker_threads = 4;
     a_killed_worker_loses_nothing,
+    an_unreadable_run_does_not_stop_the_others,
     an_idle_worker_is_woken_by_a_run_start_not_by_its_poll,
     two_workers_never_run_one_attempt_at_once,
     hostile_inputs_stay_inert,
