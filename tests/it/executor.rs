@@ -1640,6 +1640,30 @@ steps:
     inputs: {message: "hi"}
 "#;
 
+/// A worker in this process with the default runners and the given fallback poll:
+/// the sender that stops it, and its task.
+fn in_process_worker(
+    store: &EventStore,
+    owner: &str,
+    poll: Duration,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<Result<(), awl::executor::ExecError>>,
+) {
+    let config = WorkerConfig {
+        poll,
+        ..WorkerConfig::new(owner)
+    };
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let worker = Worker::new(
+        store.clone(),
+        Runners::new(RunnersConfig::default()),
+        config,
+        wall_clock(),
+    );
+    (stop, tokio::spawn(worker.run(stop_rx)))
+}
+
 /// With its fallback poll set to a minute, an idle worker still takes a new run at
 /// once. A run started in this process wakes it: the start is a transaction that
 /// writes the run's wake-up. On Postgres, so does a run started by another process,
@@ -1649,18 +1673,7 @@ pub async fn an_idle_worker_is_woken_by_a_run_start_not_by_its_poll(backend: Bac
     let t = TestStore::new(backend).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let (_, registered) = register(&t.store, dir.path(), "one.yaml", ONE_STEP).await;
-    let config = WorkerConfig {
-        poll: Duration::from_secs(60),
-        ..WorkerConfig::new("idle")
-    };
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let worker = Worker::new(
-        t.store.clone(),
-        Runners::new(RunnersConfig::default()),
-        config,
-        wall_clock(),
-    );
-    let worker = tokio::spawn(worker.run(stop_rx));
+    let (stop, worker) = in_process_worker(&t.store, "idle", Duration::from_secs(60));
     let other = match backend {
         Backend::Postgres => Some(EventStore::open_default(&t.location).await.unwrap()),
         Backend::Sqlite => None,
@@ -1700,18 +1713,7 @@ pub async fn an_unreadable_run_does_not_stop_the_others(backend: Backend) {
     let dir = tempfile::tempdir().expect("temp dir");
     let (_, waiting) = register(&t.store, dir.path(), "agent.yaml", WAITS_ON_AN_AGENT).await;
     let (_, one) = register(&t.store, dir.path(), "one.yaml", ONE_STEP).await;
-    let config = WorkerConfig {
-        poll: Duration::from_millis(100),
-        ..WorkerConfig::new("busy")
-    };
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let worker = Worker::new(
-        t.store.clone(),
-        Runners::new(RunnersConfig::default()),
-        config,
-        wall_clock(),
-    );
-    let worker = tokio::spawn(worker.run(stop_rx));
+    let (stop, worker) = in_process_worker(&t.store, "busy", Duration::from_millis(100));
 
     let poisoned = start(&t.store, &waiting, &[]).await;
     let step = StepId::try_from("implement").unwrap();
