@@ -61,9 +61,6 @@ impl ExecError {
     /// A stored event of this one run (or of a task or child run it waits on) that
     /// cannot be read back: about the run, not about the worker or the database.
     fn is_unreadable(&self) -> bool {
-        matches!(
-            self,
-            Self::Corrupt { .. } | Self::Store(StoreError::Corrupt { .. })
-        )
+        matches!(self, Self::Store(StoreError::Corrupt { .. }))
     }
 }

@@ -119,8 +119,9 @@ async fn one(
     attempt: &Attempt<'_>,
     work: &Work,
 ) -> Result<StepSuccess, StepFailure> {
-    // Each runner's future boxed: inline, this function's future would be as large as
-    // the largest runner's (tens of KB), and a worker spawns one per step.
+    // Each runner's future boxed: inline, this function's future is as large as the
+    // largest runner's (6,688 bytes against 376 boxed, debug build), and a worker
+    // moves one into every step it spawns.
     match work {
         Work::Shell(step) => Box::pin(runners.shell(attempt, step)).await,
         Work::Http(step) => Box::pin(runners.http(attempt, step)).await,

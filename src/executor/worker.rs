@@ -151,6 +151,17 @@ pub(super) enum Report {
 }
 
 /// Give a run back to be tried again in a minute (it could not be loaded or decided).
+/// A run that cannot be decided now: folded from the log again before any next
+/// decision (a failed decision took its held state), not decided again until a report
+/// arrives, and given back due in a minute once nothing of it is in flight.
+fn set_aside(run_id: &str, h: &mut Held, now: DateTime<Utc>, refused: &mut Vec<Release>) {
+    h.stale = true;
+    h.dirty = false;
+    if h.in_flight.is_empty() {
+        refused.push(retry_later(run_id, h.epoch, h.version, now));
+    }
+}
+
 fn retry_later(run_id: &str, epoch: i64, version: i64, now: DateTime<Utc>) -> Release {
     Release {
         run_id: run_id.to_string(),
@@ -278,15 +289,9 @@ impl Worker {
             let external = match self.prepare(h, run_id).await {
                 Ok(external) => external,
                 Err(e) if e.is_unreadable() => {
-                    // One run's unreadable history must not stop every other run:
-                    // set it aside (given back for a minute once nothing of it is
-                    // in flight), as a decision that fails is.
+                    // One run's unreadable history must not stop every other run.
                     tracing::error!(run = %run_id, error = %e, "cannot read what the run needs; retrying in a minute");
-                    h.stale = true;
-                    h.dirty = false;
-                    if h.in_flight.is_empty() {
-                        refused.push(retry_later(run_id, h.epoch, h.version, now));
-                    }
+                    set_aside(run_id, h, now, &mut refused);
                     continue;
                 }
                 Err(e) => {
@@ -303,11 +308,7 @@ impl Worker {
                     // A bug or a definition the run does not fit: give the run back
                     // to be tried again later rather than hold it forever.
                     tracing::error!(run = %run_id, error = %e, "cannot decide for run; retrying in a minute");
-                    // The decision took the run's state: fold it again if it stays held.
-                    h.stale = true;
-                    if h.in_flight.is_empty() {
-                        refused.push(retry_later(run_id, h.epoch, h.version, now));
-                    }
+                    set_aside(run_id, h, now, &mut refused);
                 }
             }
         }

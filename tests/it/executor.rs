@@ -1740,8 +1740,20 @@ pub async fn an_unreadable_run_does_not_stop_the_others(backend: Backend) {
     let mut tx = t.store.begin().await.unwrap();
     tx.wake_run(&poisoned, Utc::now()).await.unwrap();
     tx.commit().await.unwrap();
-    // Give the worker time to claim the poisoned run, then start another.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The worker has taken the poisoned run (it holds it, or has set it aside) before
+    // another run is started.
+    let taken = poll(LIMIT, async || {
+        let rows = t.store.wakeups().await.unwrap();
+        rows.iter()
+            .any(|(id, due, owner)| {
+                *id == poisoned
+                    && (owner.is_some()
+                        || due.is_some_and(|d| d > Utc::now() + chrono::TimeDelta::seconds(30)))
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(taken.is_some(), "the woken run was never claimed");
     let other = start(&t.store, &one, &[]).await;
     let done = poll(30, async || {
         is_finished(&events_of(&t.store, &other).await).then_some(())
