@@ -51,7 +51,9 @@ pub struct StepOutcome {
 /// A successful attempt.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Done {
-    pub output: Value,
+    /// Shared with the event that records it and the run's state (see
+    /// [`StepState::Succeeded`](crate::domain::run::StepState)).
+    pub output: std::sync::Arc<Value>,
     pub cost_usd: Option<f64>,
     pub tokens: Option<u64>,
 }

@@ -31,7 +31,7 @@ pub(crate) fn scope(
         };
         match run.step(&step_id) {
             None => StepView::pending(),
-            Some(StepState::Succeeded { output, .. }) => StepView::succeeded(output.clone()),
+            Some(StepState::Succeeded { output, .. }) => StepView::succeeded(Value::clone(output)),
             Some(StepState::Failed { error, .. }) => StepView::failed(error.to_string()),
             Some(other) => StepView::new(other.phase().as_str(), Value::Null),
         }

@@ -149,7 +149,7 @@ impl Sim {
             attempt,
             result: result
                 .map(|output| Done {
-                    output,
+                    output: output.into(),
                     ..Done::default()
                 })
                 .map_err(|(class, message)| Failure {
@@ -910,7 +910,7 @@ steps:
         step_id: sid("think"),
         attempt: 1,
         result: Ok(Done {
-            output: json!({}),
+            output: json!({}).into(),
             cost_usd: Some(1.5),
             tokens: Some(900),
         }),
@@ -1169,7 +1169,7 @@ steps:
             step_id: sid("think"),
             attempt: 1,
             result: Ok(Done {
-                output: json!({}),
+                output: json!({}).into(),
                 cost_usd: Some(1.5),
                 tokens: None,
             }),

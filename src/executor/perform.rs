@@ -144,7 +144,7 @@ fn done(success: StepSuccess, declared_cost: Option<f64>) -> Done {
     Done {
         cost_usd: success.cost_usd.or(cost_usd).or(declared_cost),
         tokens: success.tokens.or(tokens),
-        output: success.output,
+        output: std::sync::Arc::new(success.output),
     }
 }
 
@@ -230,7 +230,7 @@ mod tests {
         call.tools = Some(&Answering);
         let done = perform(&runners, &call, &work, None).await.unwrap();
         assert_eq!(
-            done.output,
+            *done.output,
             json!({"tool": "py__add", "inputs": {"a": 1}, "timeout_ms": 1_500})
         );
         assert_eq!(done.cost_usd, Some(0.25), "the registry's cost");

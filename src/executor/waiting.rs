@@ -87,7 +87,7 @@ fn task_result(task: &Task) -> Option<Result<Done, Failure>> {
             let output = task.result().cloned().unwrap_or(Value::Null);
             let (cost_usd, tokens) = perform::reported_cost(&output);
             Some(Ok(Done {
-                output,
+                output: std::sync::Arc::new(output),
                 cost_usd,
                 tokens,
             }))
@@ -115,7 +115,7 @@ fn task_result(task: &Task) -> Option<Result<Done, Failure>> {
 fn child_result(child: &Run) -> Option<Result<Done, Failure>> {
     match child.outcome()? {
         RunOutcome::Succeeded { outputs, .. } => Some(Ok(Done {
-            output: outputs.clone(),
+            output: std::sync::Arc::new(outputs.clone()),
             cost_usd: (child.total_cost_usd() > 0.0).then(|| child.total_cost_usd()),
             tokens: (child.total_tokens() > 0).then(|| child.total_tokens()),
         })),

@@ -242,7 +242,7 @@ fn carry(
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<Option<RunCommand>, RunsError> {
     let output = match origin.step(step) {
-        Some(StepState::Succeeded { output, .. }) => Some(output.clone()),
+        Some(StepState::Succeeded { output, .. }) => Some(Value::clone(output)),
         Some(StepState::Skipped { .. }) => None,
         None => return Ok(None),
         Some(other) => {

@@ -625,12 +625,8 @@ async fn call_append(
             event_types.push(event.event_type.as_str());
             event_versions.push(event.event_version);
             payloads.push(&event.payload);
-            metadata.push(serde_json::to_value(&event.metadata).map_err(|e| {
-                StoreError::InvalidAppend {
-                    stream: request.stream.clone(),
-                    reason: format!("metadata cannot be serialised: {e}"),
-                }
-            })?);
+            // Written as JSON text as it is bound, not built as a `Value` first.
+            metadata.push(sqlx::types::Json(&event.metadata));
         }
     }
     // `now()` is the transaction's start, the default of every event's `recorded_at`.

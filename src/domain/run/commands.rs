@@ -4,6 +4,7 @@
 //! commands too: deciding never invents anything.
 
 use std::fmt;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -76,7 +77,7 @@ pub enum RunCommand {
     SucceedStep {
         step_id: StepId,
         attempt: u32,
-        output: Value,
+        output: Arc<Value>,
         cost_usd: Option<f64>,
         tokens: Option<u64>,
         at: DateTime<Utc>,

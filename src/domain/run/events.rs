@@ -5,6 +5,8 @@
 //! Renaming a tag or reshaping a payload therefore needs a new schema version and an
 //! upcaster.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use cqrs_es::DomainEvent;
 use serde::{Deserialize, Serialize};
@@ -99,7 +101,7 @@ pub enum RunEvent {
     StepSucceeded {
         step_id: StepId,
         attempt: u32,
-        output: Value,
+        output: Arc<Value>,
         /// What this attempt reported; the run's total moves with `run.cost_charged`.
         cost_usd: Option<f64>,
         tokens: Option<u64>,
@@ -266,7 +268,7 @@ impl RunEvent {
     pub fn payloads_mut(&mut self) -> Vec<Payload<'_>> {
         match self {
             Self::Started { inputs, .. } => vec![Payload::Value(inputs)],
-            Self::StepSucceeded { output, .. } => vec![Payload::Value(output)],
+            Self::StepSucceeded { output, .. } => vec![Payload::Value(Arc::make_mut(output))],
             Self::StepStarted { call, .. } => call
                 .iter_mut()
                 .map(|c| Payload::Value(&mut c.inputs))

@@ -26,6 +26,7 @@ mod tests;
 mod types;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -318,7 +319,7 @@ impl Run {
     /// The recorded output of a succeeded step: what replay uses instead of running it.
     pub fn succeeded_output(&self, step_id: &StepId) -> Option<&Value> {
         match self.steps.get(step_id) {
-            Some(StepState::Succeeded { output, .. }) => Some(output),
+            Some(StepState::Succeeded { output, .. }) => Some(output.as_ref()),
             _ => None,
         }
     }
@@ -749,7 +750,10 @@ impl Run {
                 ..
             } => {
                 let state = match output {
-                    Some(output) => StepState::Succeeded { attempt: 1, output },
+                    Some(output) => StepState::Succeeded {
+                        attempt: 1,
+                        output: Arc::new(output),
+                    },
                     None => StepState::Skipped {
                         attempt: 1,
                         reason: format!("skipped in run {from_run}"),

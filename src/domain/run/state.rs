@@ -3,6 +3,7 @@
 //! the projections; only `apply` builds them.
 
 use std::fmt;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -101,7 +102,10 @@ pub enum StepState {
         timeout_at: Option<DateTime<Utc>>,
     },
     /// Done for good: `output` is used from now on, the step never runs again.
-    Succeeded { attempt: u32, output: Value },
+    ///
+    /// The output is shared with the event that recorded it (and with the outcome the
+    /// worker reported): a step's output is one value, not a copy per holder.
+    Succeeded { attempt: u32, output: Arc<Value> },
     /// `attempt` failed. A failure is final once no further attempt can follow: the
     /// handler aborted, or the run stopped.
     Failed {

@@ -233,13 +233,15 @@ impl<'a> Walker<'a> {
         } else {
             refs.steps.iter().cloned().collect()
         };
+        let prev = prev.filter(|_| refs.prev);
         expr.evaluate_bool(&render::scope(&steps, &self.state, prev, &self.input.env))
             .map_err(|e| e.to_string())
     }
 
     /// What the templates in `templates` see: only the steps they name (building the
     /// view of every step for every step would make a long run quadratic), or every
-    /// step when they use `steps` as a whole (`steps[k]`, `size(steps)`...).
+    /// step when they use `steps` as a whole (`steps[k]`, `size(steps)`...); `prev`
+    /// only when they read it (its view is a copy of that step's output).
     fn scope_for(&self, prev: Option<&str>, templates: &Value) -> crate::expr::Scope {
         let refs = crate::expr::references_in(templates);
         let steps: Vec<String> = if refs.any_step {
@@ -247,6 +249,7 @@ impl<'a> Walker<'a> {
         } else {
             refs.steps.into_iter().collect()
         };
+        let prev = prev.filter(|_| refs.prev);
         render::scope(&steps, &self.state, prev, &self.input.env)
     }
 

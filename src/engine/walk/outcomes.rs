@@ -13,7 +13,7 @@ impl<'a> Walker<'a> {
         self.decide(RunCommand::SucceedStep {
             step_id: id.clone(),
             attempt,
-            output,
+            output: std::sync::Arc::new(output),
             cost_usd: None,
             tokens: None,
             at: self.now,

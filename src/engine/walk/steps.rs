@@ -260,10 +260,10 @@ impl<'a> Walker<'a> {
                 Ok(value) => self.decide(RunCommand::SucceedStep {
                     step_id: id,
                     attempt,
-                    output: json!({
+                    output: std::sync::Arc::new(json!({
                         "branch": if value { "if_true" } else { "if_false" },
                         "condition": value,
-                    }),
+                    })),
                     cost_usd: None,
                     tokens: None,
                     at: self.now,

@@ -173,7 +173,13 @@ impl RunCalls {
                 output,
                 at,
                 ..
-            } => Ok(self.ended(e, &format!("{step_id}#{attempt}"), Some(output), true, at)),
+            } => Ok(self.ended(
+                e,
+                &format!("{step_id}#{attempt}"),
+                Some(std::sync::Arc::unwrap_or_clone(output)),
+                true,
+                at,
+            )),
             RunEvent::StepFailed {
                 step_id,
                 attempt,

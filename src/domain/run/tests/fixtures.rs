@@ -243,7 +243,7 @@ pub(super) fn step_succeeded(
     at: DateTime<Utc>,
 ) -> RunEvent {
     RunEvent::StepSucceeded {
-        output: output_of(&step_id),
+        output: output_of(&step_id).into(),
         step_id,
         attempt,
         cost_usd,
@@ -544,7 +544,7 @@ pub(super) fn succeed(
     at: DateTime<Utc>,
 ) -> RunCommand {
     RunCommand::SucceedStep {
-        output: output_of(&step_id),
+        output: output_of(&step_id).into(),
         step_id,
         attempt,
         cost_usd,

@@ -205,7 +205,7 @@ fn retries_add_attempts_and_the_last_one_counts() {
         run.step(&build()),
         Some(&StepState::Succeeded {
             attempt: 2,
-            output: output_of(&build()),
+            output: output_of(&build()).into(),
         })
     );
     assert_eq!(run.succeeded_output(&build()), Some(&output_of(&build())));
