@@ -23,7 +23,7 @@ use cqrs_es::Aggregate;
 
 use super::ExecError;
 use super::decide::Decided;
-use super::worker::{Held, Report, Worker};
+use super::worker::{Held, Report, Worker, set_aside};
 
 /// How long a queued run waits before it looks at its slots again if nobody woke
 /// it: a safety net, since a slot given back wakes its scope's waiters at once.
@@ -71,7 +71,9 @@ impl Worker {
         }
         let results = tx.append_each(&requests).await?;
         let mut conflicted = BTreeSet::new();
+        let mut refused_runs = BTreeSet::new();
         let mut versions: HashMap<String, i64> = HashMap::new();
+        let mut releases = refused;
         for (run_id, result) in owners.into_iter().zip(results) {
             match result {
                 Ok(appended) => {
@@ -80,17 +82,25 @@ impl Worker {
                 Err(StoreError::Conflict { .. }) => {
                     conflicted.insert(run_id);
                 }
+                Err(e @ StoreError::InvalidAppend { .. }) => {
+                    // Events the store refuses (nothing of them was written): this
+                    // run is set aside and tried again later, the others committed.
+                    tracing::error!(run = %run_id, error = %e, "the run's events cannot be stored; retrying in a minute");
+                    if let Some(h) = held.get_mut(&run_id) {
+                        set_aside(&run_id, h, now, &mut releases);
+                    }
+                    refused_runs.insert(run_id);
+                }
                 Err(e) => return Err(e.into()),
             }
         }
+        // Refused runs are skipped below as conflicted ones are, but not read again.
+        let skipped: BTreeSet<String> = conflicted.union(&refused_runs).cloned().collect();
         // What the committed decisions planned beside their events.
         let mut side = Vec::new();
         let mut wake = Vec::new();
         let mut enqueue = Vec::new();
-        for d in decided
-            .iter_mut()
-            .filter(|d| !conflicted.contains(&d.run_id))
-        {
+        for d in decided.iter_mut().filter(|d| !skipped.contains(&d.run_id)) {
             side.append(&mut d.side.appends);
             wake.append(&mut d.side.wake);
             enqueue.append(&mut d.side.enqueue);
@@ -119,13 +129,12 @@ impl Worker {
             tx.enqueue_run(run_id, now, *priority).await?;
         }
         let admission = self
-            .admit(&mut tx, held, &mut decided, &conflicted, &mut versions, now)
+            .admit(&mut tx, held, &mut decided, &skipped, &mut versions, now)
             .await?;
         // Give back every run with nothing in flight after this round (but those just
         // admitted: their first steps are decided in the next round).
-        let mut releases = refused;
         for d in &decided {
-            if conflicted.contains(&d.run_id) || admission.admitted.contains(&d.run_id) {
+            if skipped.contains(&d.run_id) || admission.admitted.contains(&d.run_id) {
                 continue;
             }
             let Some(h) = held.get(&d.run_id) else {
@@ -162,7 +171,7 @@ impl Worker {
         for workflow in children_started {
             telemetry::run_started(&workflow);
         }
-        for d in decided.iter().filter(|d| !conflicted.contains(&d.run_id)) {
+        for d in decided.iter().filter(|d| !skipped.contains(&d.run_id)) {
             if let Some(outcome) = d.events.iter().find_map(finished_as) {
                 let workflow = d.state.workflow().map(|w| w.as_str()).unwrap_or_default();
                 telemetry::run_finished(workflow, outcome);
@@ -171,6 +180,12 @@ impl Worker {
 
         let released: BTreeSet<&str> = releases.iter().map(|r| r.run_id.as_str()).collect();
         for d in decided {
+            if refused_runs.contains(&d.run_id) {
+                if released.contains(d.run_id.as_str()) {
+                    held.remove(&d.run_id);
+                }
+                continue;
+            }
             if conflicted.contains(&d.run_id) {
                 // Someone else wrote to the run: read it again and decide again, with
                 // the reports this decision had taken in.

@@ -154,7 +154,12 @@ pub(super) enum Report {
 /// A run that cannot be decided now: folded from the log again before any next
 /// decision (a failed decision took its held state), not decided again until a report
 /// arrives, and given back due in a minute once nothing of it is in flight.
-fn set_aside(run_id: &str, h: &mut Held, now: DateTime<Utc>, refused: &mut Vec<Release>) {
+pub(super) fn set_aside(
+    run_id: &str,
+    h: &mut Held,
+    now: DateTime<Utc>,
+    refused: &mut Vec<Release>,
+) {
     h.stale = true;
     h.dirty = false;
     if h.in_flight.is_empty() {

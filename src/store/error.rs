@@ -87,6 +87,8 @@ impl Classified for StoreError {
             StoreError::Conflict { .. } | StoreError::Refused(_) | StoreError::Archived(_) => {
                 ErrorKind::Conflict
             }
+            // The caller's request, refused before anything was written.
+            StoreError::InvalidAppend { .. } => ErrorKind::Invalid,
             StoreError::Unavailable(_) => ErrorKind::Unavailable,
             StoreError::Database { source, .. } if is_unreachable(source) => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
@@ -98,6 +100,7 @@ impl Classified for StoreError {
             StoreError::Conflict { .. } => "conflict",
             StoreError::Refused(_) => "refused",
             StoreError::Archived(_) => "archived",
+            StoreError::InvalidAppend { .. } => "invalid_append",
             StoreError::Unavailable(_) => "store_unavailable",
             StoreError::Database { source, .. } if is_unreachable(source) => "store_unavailable",
             _ => "store_error",

@@ -143,6 +143,17 @@ fn walk<'a>(
     defined
 }
 
+/// A NUL character (YAML's `"\\0"`) in a string or key: the log cannot store it, so a
+/// run would stop at the first event that carries it.
+fn no_nul(json: &Value, report: &mut Reporter<'_>) {
+    if let Some(pointer) = crate::text::nul_in(json) {
+        report.at_value(
+            &pointer,
+            "holds a NUL character (\\0), which awl cannot record: remove it",
+        );
+    }
+}
+
 /// Check every rule, reporting problems to `report`. Tools may be named if they are
 /// `builtins`, declared in the file, or `registry` tools (the tools directory's and MCP
 /// servers', handed in by the caller).
@@ -162,6 +173,7 @@ pub(crate) fn check(
         _ => BTreeSet::new(),
     };
     defaults_fit(json.get("inputs"), "/inputs", report);
+    no_nul(json, report);
     data_protection(json, &inputs, report);
     let all_ids: BTreeSet<String> = sites
         .iter()

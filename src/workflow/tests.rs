@@ -270,6 +270,27 @@ fn malformed_yaml_is_one_problem_with_a_place() {
 }
 
 #[test]
+fn a_nul_character_is_a_problem_where_it_is() {
+    let p = problems(
+        r#"name: a
+version: "1.0.0"
+steps:
+  - id: first
+    tool: echo
+    inputs:
+      message: "one\0two"
+"#,
+    );
+    assert_eq!(
+        p,
+        vec![
+            "wf.awl.yaml:7:16: steps[0].inputs.message: holds a NUL character (\\0), which \
+             awl cannot record: remove it"
+        ]
+    );
+}
+
+#[test]
 fn references_must_name_inputs_and_earlier_steps() {
     let p = problems(
         r#"name: a

@@ -1782,9 +1782,91 @@ pub async fn an_unreadable_run_does_not_stop_the_others(backend: Backend) {
     worker.await.expect("join").expect("the worker ran");
 }
 
+const PRINTS_NUL: &str = r#"
+name: prints-nul
+version: "1.0.0"
+inputs:
+  text: {type: string}
+steps:
+  - id: emit
+    type: shell
+    script: 'printf "a\\000b"'
+  - id: complain
+    type: shell
+    script: 'printf "bad\\000news" >&2; exit 3'
+    on_error: continue
+  - id: after
+    type: tool
+    tool: echo
+    inputs: {message: "${{ steps.emit.output.stdout }}"}
+"#;
+
+/// A process that prints a NUL character (which Postgres's JSONB cannot hold) neither
+/// stops its run nor the worker: the step's output and its failure's message are
+/// recorded with the replacement character, later steps read them, and the worker's
+/// other runs go on. A run started with a NUL in its inputs is refused, saying where.
+pub async fn a_nul_from_a_process_is_recorded_as_a_replacement(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, nul) = register(&t.store, dir.path(), "nul.yaml", PRINTS_NUL).await;
+    let (_, one) = register(&t.store, dir.path(), "one.yaml", ONE_STEP).await;
+    let (stop, worker) = in_process_worker(&t.store, "nul", Duration::from_millis(100));
+    let run = start(&t.store, &nul, &[("text", "plain")]).await;
+    // The other run starts once the NUL has been printed and its recording tried.
+    let printed = poll(LIMIT, async || {
+        let events = events_of(&t.store, &run).await;
+        for_step(&events, "run.step_started", "emit")
+            .next()
+            .map(|_| ())
+    })
+    .await;
+    assert!(
+        printed.is_some(),
+        "the step that prints a NUL never started"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = start(&t.store, &one, &[]).await;
+    let finished = all_finished(&t.store, std::slice::from_ref(&other)).await;
+    assert!(
+        finished.is_some(),
+        "a NUL in a step's output stopped the worker"
+    );
+    let finished = all_finished(&t.store, std::slice::from_ref(&run)).await;
+    assert!(
+        finished.is_some(),
+        "a NUL in a step's output stopped its run"
+    );
+    let events = events_of(&t.store, &run).await;
+    assert_eq!(of_type(&events, "run.completed").count(), 1, "{events:#?}");
+    let emitted: Vec<_> = for_step(&events, "run.step_succeeded", "emit").collect();
+    assert_eq!(emitted[0]["output"]["stdout"], "a\u{FFFD}b");
+    let failed: Vec<_> = for_step(&events, "run.step_failed", "complain").collect();
+    let message = failed[0]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("bad\u{FFFD}news"), "{message}");
+    let after: Vec<_> = for_step(&events, "run.step_succeeded", "after").collect();
+    assert_eq!(after[0]["output"]["message"], "a\u{FFFD}b");
+
+    let refused = Runs::new(t.store.clone(), wall_clock())
+        .start_version(
+            &nul,
+            Map::from_iter([("text".to_string(), Value::from("x\u{0}y"))]),
+            "test",
+        )
+        .await
+        .expect_err("a NUL in an input is refused");
+    let said = refused.to_string();
+    assert!(
+        said.contains("NUL") && said.contains("/inputs/text"),
+        "{said}"
+    );
+    stop.send(true).expect("stop the worker");
+    worker.await.expect("join").expect("the worker ran");
+}
+
 crate::support::on_both_stores!(
     worker_threads = 4;
     a_killed_worker_loses_nothing,
+    a_nul_from_a_process_is_recorded_as_a_replacement,
     an_unreadable_run_does_not_stop_the_others,
     an_idle_worker_is_woken_by_a_run_start_not_by_its_poll,
     two_workers_never_run_one_attempt_at_once,

@@ -197,16 +197,27 @@ impl<'a> Walker<'a> {
         attempt: u32,
         result: Result<Done, Failure>,
     ) -> Result<(), EngineError> {
+        // What a process or a server answered may hold a NUL character, which the
+        // log cannot store: it is recorded as the replacement character, as bytes
+        // that are not UTF-8 are.
         match result {
-            Ok(done) => self.decide(RunCommand::SucceedStep {
-                step_id: step_id.clone(),
-                attempt,
-                output: done.output,
-                cost_usd: done.cost_usd,
-                tokens: done.tokens,
-                at: self.now,
-            }),
-            Err(failure) => self.fail_step(step_id, attempt, failure.class, failure.message),
+            Ok(mut done) => {
+                if crate::text::nul_in(&done.output).is_some() {
+                    crate::text::replace_nul(std::sync::Arc::make_mut(&mut done.output));
+                }
+                self.decide(RunCommand::SucceedStep {
+                    step_id: step_id.clone(),
+                    attempt,
+                    output: done.output,
+                    cost_usd: done.cost_usd,
+                    tokens: done.tokens,
+                    at: self.now,
+                })
+            }
+            Err(mut failure) => {
+                crate::text::replace_nul_in_text(&mut failure.message);
+                self.fail_step(step_id, attempt, failure.class, failure.message)
+            }
         }
     }
 

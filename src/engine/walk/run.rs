@@ -190,7 +190,10 @@ impl<'a> Walker<'a> {
                     at: self.now,
                 });
             };
-            if let Some(error) = self.compensations.remove(&next) {
+            if let Some(mut error) = self.compensations.remove(&next) {
+                if let Some(message) = &mut error {
+                    crate::text::replace_nul_in_text(message);
+                }
                 self.decide(RunCommand::RecordCompensationStep {
                     step_id: next,
                     succeeded: error.is_none(),

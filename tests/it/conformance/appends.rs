@@ -149,7 +149,41 @@ pub async fn invalid_appends_are_refused_before_the_database(backend: Backend) {
         err.to_string(),
         "invalid append to agent/ : the stream id is empty"
     );
-    assert_eq!(t.store.head().await.unwrap(), 0);
+    // A NUL character: Postgres's JSONB cannot hold it, and SQLite refuses it too, so
+    // both stores keep the same log.
+    let nul = || NewEvent::new("test.happened", 1, json!({"out": ["ok", "a\u{0}b"]}));
+    let err = t
+        .store
+        .append(append(&s, ExpectedVersion::Any, vec![nul()]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid append to agent/a: event 0 (test.happened) holds a NUL character (\\u0000) \
+         in its payload at `/out/1`, which the log cannot store"
+    );
+    assert_eq!(
+        awl::error::Classified::kind(&err),
+        awl::error::ErrorKind::Invalid
+    );
+    // In a transaction's batch, only that request is refused.
+    let mut tx = t.store.begin().await.unwrap();
+    let results = tx
+        .append_each(&[
+            append(&s, ExpectedVersion::Any, vec![nul()]),
+            append(&s, ExpectedVersion::Any, events(0, 1)),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        matches!(results[0], Err(StoreError::InvalidAppend { .. })),
+        "{results:?}"
+    );
+    assert!(results[1].is_ok(), "{results:?}");
+    tx.commit().await.unwrap();
+    let stored = t.store.read_stream(&s).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].payload, json!({"n": 0}));
 }
 
 pub async fn transactions_append_many_streams_all_or_nothing(backend: Backend) {
