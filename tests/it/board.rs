@@ -714,6 +714,22 @@ async fn illegal_transitions_are_409_and_append_nothing(backend: Backend) {
             "POST {path}: {answer}"
         );
     }
+    // Text the log cannot hold (a NUL character) is refused, saying where.
+    let (got, answer) = api
+        .call(
+            Some(&tk.operator),
+            Method::POST,
+            "/api/v1/tasks",
+            Some(json!({"prompt": "a\u{0}b"})),
+        )
+        .await;
+    assert_eq!(
+        (got, answer["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_append")),
+        "{answer}"
+    );
+    let said = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("NUL") && said.contains("/prompt"), "{answer}");
     // Held by a: b may not act on it, and a may not claim to be b.
     api.ok(
         &tk.agents["a"],
