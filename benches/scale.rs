@@ -11,7 +11,8 @@
 //! server reaches an agent waiting on another through the log (each server's board
 //! follows it). Both on the Postgres of AWL_BENCH_DATABASE_URL / DATABASE_URL /
 //! the local server, a fresh database each; with `--via-port P` the processes connect
-//! through 127.0.0.1:P instead (a PgBouncer in front of that server).
+//! through 127.0.0.1:P instead (a PgBouncer in front of that server), LISTEN and the
+//! migrations to the database itself (`AWL_SESSION_DATABASE_URL`).
 //!
 //! *Replica*: the benchmark starts a Postgres cluster of its own (durable settings) and a
 //! streaming replica of it (`pg_basebackup -R`), both on this machine. For each place
@@ -265,12 +266,15 @@ struct Processes {
 }
 
 impl Processes {
-    fn spawn(url: &str, pool: u32, args: &[Vec<String>]) -> Self {
+    /// `awl ARGS` for each of `args`, on `url`; through a pooler, `session` is the
+    /// database's own URL (LISTEN and the migrations go there).
+    fn spawn(url: &str, session: Option<&str>, pool: u32, args: &[Vec<String>]) -> Self {
         Self {
             _children: args
                 .iter()
                 .map(|a| {
-                    tokio::process::Command::new(env!("CARGO_BIN_EXE_awl"))
+                    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_awl"));
+                    command
                         .args(a)
                         .env("DATABASE_URL", url)
                         .env("AWL_DB_POOL", pool.to_string())
@@ -278,12 +282,23 @@ impl Processes {
                         .stdin(Stdio::null())
                         .stdout(Stdio::null())
                         .stderr(Stdio::inherit())
-                        .kill_on_drop(true)
-                        .spawn()
-                        .expect("start awl")
+                        .kill_on_drop(true);
+                    if let Some(session) = session {
+                        command.env("AWL_SESSION_DATABASE_URL", session);
+                    }
+                    command.spawn().expect("start awl")
                 })
                 .collect(),
         }
+    }
+}
+
+/// The database's own URL, given as the session URL when processes go through a
+/// pooler (`via_port`).
+fn session_of(location: &StoreLocation, via_port: Option<u16>) -> Option<String> {
+    match location {
+        StoreLocation::Postgres(url) if via_port.is_some() => Some(url.clone()),
+        _ => None,
     }
 }
 
@@ -308,7 +323,13 @@ async fn workers(n: usize, c: &Config) -> f64 {
     let ids = sleep_runs(&fresh.store, c.runs).await;
     let started = Instant::now();
     let args: Vec<Vec<String>> = (0..n).map(|_| vec!["worker".to_string()]).collect();
-    let _workers = Processes::spawn(&url_of(&fresh.location, c.via_port), c.db_pool, &args);
+    let session = session_of(&fresh.location, c.via_port);
+    let _workers = Processes::spawn(
+        &url_of(&fresh.location, c.via_port),
+        session.as_deref(),
+        c.db_pool,
+        &args,
+    );
     while !all_finished(&fresh.store, &ids).await {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -332,7 +353,13 @@ async fn servers(n: usize, c: &Config) -> f64 {
                 .to_vec()
         })
         .collect();
-    let _servers = Processes::spawn(&url_of(&fresh.location, c.via_port), c.db_pool, &args);
+    let session = session_of(&fresh.location, c.via_port);
+    let _servers = Processes::spawn(
+        &url_of(&fresh.location, c.via_port),
+        session.as_deref(),
+        c.db_pool,
+        &args,
+    );
     let bases: Vec<String> = ports
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}"))

@@ -63,6 +63,18 @@ pub struct Cli {
           value_parser = clap::value_parser!(u32).range(2..=1024))]
     db_pool: u32,
 
+    /// With a Postgres store reached through a pooler in transaction mode (PgBouncer
+    /// 1.21 or later with `max_prepared_statements`): the database's own address, for
+    /// the two things that need a session of their own, the LISTEN connection (run
+    /// wake-ups, live views) and the migrations' lock.
+    #[arg(
+        long,
+        env = "AWL_SESSION_DATABASE_URL",
+        global = true,
+        hide_env_values = true
+    )]
+    session_database_url: Option<String>,
+
     #[command(flatten)]
     declarations: agents::Declarations,
 
@@ -207,17 +219,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         _ => {}
     }
     let location = StoreLocation::from_url_or_default(cli.database_url.as_deref())?;
+    let session = cli.session_database_url.as_deref();
     match cli.command {
         Command::Migrate => {
-            let store = open(&location, false).await?;
+            let store = open(&location, session, false).await?;
             store.migrate().await?;
             println!("migrated {location}");
             Ok(())
         }
-        Command::Events(args) => events::run(&open(&location, true).await?, args).await,
+        Command::Events(args) => events::run(&open(&location, session, true).await?, args).await,
         Command::Run(args) => {
             run::run(
-                open_for_work(&location, cli.db_pool).await?,
+                open_for_work(&location, session, cli.db_pool).await?,
                 args,
                 &cli.declarations,
             )
@@ -225,60 +238,64 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Worker(args) => {
             worker::worker(
-                open_for_work(&location, cli.db_pool).await?,
+                open_for_work(&location, session, cli.db_pool).await?,
                 args,
                 &cli.declarations,
             )
             .await
         }
-        Command::List(args) => list::list(open(&location, true).await?, args).await,
-        Command::Status(args) => status::status(open(&location, true).await?, args).await,
-        Command::Approve(args) => approve::approve(open(&location, true).await?, args).await,
-        Command::Reject(args) => reject::reject(open(&location, true).await?, args).await,
-        Command::Cancel(args) => cancel::cancel(open(&location, true).await?, args).await,
-        Command::Pause(args) => pause::pause(open(&location, true).await?, args).await,
-        Command::Bulk(args) => bulk::bulk(open(&location, true).await?, args).await,
+        Command::List(args) => list::list(open(&location, session, true).await?, args).await,
+        Command::Status(args) => status::status(open(&location, session, true).await?, args).await,
+        Command::Approve(args) => {
+            approve::approve(open(&location, session, true).await?, args).await
+        }
+        Command::Reject(args) => reject::reject(open(&location, session, true).await?, args).await,
+        Command::Cancel(args) => cancel::cancel(open(&location, session, true).await?, args).await,
+        Command::Pause(args) => pause::pause(open(&location, session, true).await?, args).await,
+        Command::Bulk(args) => bulk::bulk(open(&location, session, true).await?, args).await,
         Command::Schedules(args) => {
-            schedules::schedules(open_for_work(&location, cli.db_pool).await?, args).await
+            schedules::schedules(open_for_work(&location, session, cli.db_pool).await?, args).await
         }
         Command::Rerun(args) => {
             rerun::rerun(
-                open_for_work(&location, cli.db_pool).await?,
+                open_for_work(&location, session, cli.db_pool).await?,
                 args,
                 &cli.declarations,
             )
             .await
         }
-        Command::Workflows(args) => workflows::workflows(open(&location, true).await?, args).await,
-        Command::Resume(args) => resume::resume(open(&location, true).await?, args).await,
-        Command::Replay(args) => replay::replay(open(&location, true).await?, args).await,
+        Command::Workflows(args) => {
+            workflows::workflows(open(&location, session, true).await?, args).await
+        }
+        Command::Resume(args) => resume::resume(open(&location, session, true).await?, args).await,
+        Command::Replay(args) => replay::replay(open(&location, session, true).await?, args).await,
         Command::Serve(args) => {
             serve::run(
-                open_for_work(&location, cli.db_pool).await?,
+                open_for_work(&location, session, cli.db_pool).await?,
                 args,
                 &cli.declarations,
             )
             .await
         }
         Command::Send(args) => {
-            let store = store_unless(args.target_is_remote(), &location).await?;
+            let store = store_unless(args.target_is_remote(), &location, session).await?;
             send::send(store, args).await
         }
         Command::Tasks(args) => {
-            let store = store_unless(args.target_is_remote(), &location).await?;
+            let store = store_unless(args.target_is_remote(), &location, session).await?;
             tasks::tasks(store, args).await
         }
         Command::Task(task::TaskArgs {
             action: Some(command),
             ..
-        }) => task::finish(open(&location, true).await?, command).await,
+        }) => task::finish(open(&location, session, true).await?, command).await,
         Command::Task(task::TaskArgs {
             task: Some(id),
             json,
             target,
             ..
         }) => {
-            let store = store_unless(target.is_remote(), &location).await?;
+            let store = store_unless(target.is_remote(), &location, session).await?;
             task::show(
                 store,
                 task::ShowTaskArgs {
@@ -293,40 +310,56 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             "name a task (`awl task ID`) or an action (`awl task complete|fail`)"
         )),
         Command::Answer(args) => {
-            let store = store_unless(args.target_is_remote(), &location).await?;
+            let store = store_unless(args.target_is_remote(), &location, session).await?;
             answer::answer(store, args).await
         }
         Command::Review(command) => {
-            let store = store_unless(command.target_is_remote(), &location).await?;
+            let store = store_unless(command.target_is_remote(), &location, session).await?;
             review::review(store, command).await
         }
-        Command::Token(command) => tokens::run(open(&location, true).await?, command).await,
+        Command::Token(command) => {
+            tokens::run(open(&location, session, true).await?, command).await
+        }
         Command::Chat(command) => {
             let store = match &command {
                 chat::ChatCommand::Test { .. } => None,
-                chat::ChatCommand::Users(_) => Some(open(&location, true).await?),
+                chat::ChatCommand::Users(_) => Some(open(&location, session, true).await?),
             };
             chat::run(store, command).await
         }
-        Command::Check(args) => check::check(open(&location, false).await?, args).await,
-        Command::Forget(args) => forget::forget(open(&location, true).await?, args).await,
-        Command::Archive(args) => archive::archive(open(&location, true).await?, args).await,
-        Command::Learn(command) => learn::learn(open(&location, true).await?, command).await,
-        Command::Suggest(args) => learn::suggest(open(&location, true).await?, args).await,
+        Command::Check(args) => check::check(open(&location, session, false).await?, args).await,
+        Command::Forget(args) => forget::forget(open(&location, session, true).await?, args).await,
+        Command::Archive(args) => {
+            archive::archive(open(&location, session, true).await?, args).await
+        }
+        Command::Learn(command) => {
+            learn::learn(open(&location, session, true).await?, command).await
+        }
+        Command::Suggest(args) => learn::suggest(open(&location, session, true).await?, args).await,
         Command::Projections(command) => {
-            projections::run(open(&location, true).await?, command).await
+            projections::run(open(&location, session, true).await?, command).await
         }
         Command::Ask(args) => {
-            agents::ask(open(&location, true).await?, &cli.declarations, args).await
+            agents::ask(
+                open(&location, session, true).await?,
+                &cli.declarations,
+                args,
+            )
+            .await
         }
         Command::Validate(_) | Command::Schema | Command::Tools(_) | Command::Agents(_) => Ok(()),
     }
 }
 
-async fn open(location: &StoreLocation, migrate: bool) -> anyhow::Result<EventStore> {
+async fn open(
+    location: &StoreLocation,
+    session: Option<&str>,
+    migrate: bool,
+) -> anyhow::Result<EventStore> {
     let options = StoreOptions {
         migrate,
         max_connections: 4,
+        session_url: session.map(str::to_string),
         ..StoreOptions::default()
     };
     Ok(EventStore::open(location, options).await?)
@@ -336,19 +369,25 @@ async fn open(location: &StoreLocation, migrate: bool) -> anyhow::Result<EventSt
 async fn store_unless(
     remote: bool,
     location: &StoreLocation,
+    session: Option<&str>,
 ) -> anyhow::Result<Option<EventStore>> {
     if remote {
         Ok(None)
     } else {
-        open(location, true).await.map(Some)
+        open(location, session, true).await.map(Some)
     }
 }
 
 /// A store for executing runs: a bigger pool (`--db-pool`).
-async fn open_for_work(location: &StoreLocation, pool: u32) -> anyhow::Result<EventStore> {
+async fn open_for_work(
+    location: &StoreLocation,
+    session: Option<&str>,
+    pool: u32,
+) -> anyhow::Result<EventStore> {
     let options = StoreOptions {
         migrate: true,
         max_connections: pool,
+        session_url: session.map(str::to_string),
         ..StoreOptions::default()
     };
     Ok(EventStore::open(location, options).await?)

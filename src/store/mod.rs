@@ -71,6 +71,12 @@ pub struct StoreOptions {
     pub tail_poll: Option<Duration>,
     /// Upcasters applied to every event read.
     pub upcasters: Upcasters,
+    /// Postgres only: the database's own address, for what needs a session of its
+    /// own, when the store's URL goes through a pooler in transaction mode
+    /// (PgBouncer 1.21 or later, with `max_prepared_statements`): the LISTEN
+    /// connection that wakes followers and workers, and the migrations (whose lock is
+    /// held across statements). Without it, both use the store's URL.
+    pub session_url: Option<String>,
 }
 
 impl Default for StoreOptions {
@@ -80,6 +86,7 @@ impl Default for StoreOptions {
             max_connections: 16,
             tail_poll: None,
             upcasters: crate::domain::upcasters::all(),
+            session_url: None,
         }
     }
 }
@@ -115,8 +122,19 @@ impl EventStore {
     /// Open the store at `location`, applying migrations unless told not to.
     pub async fn open(location: &StoreLocation, options: StoreOptions) -> Result<Self, StoreError> {
         let backend = match location {
-            StoreLocation::Postgres(url) => {
-                Backend::Postgres(postgres::PgBackend::connect(url, options.max_connections).await?)
+            StoreLocation::Postgres(url) => Backend::Postgres(
+                postgres::PgBackend::connect(
+                    url,
+                    options.max_connections,
+                    options.session_url.as_deref(),
+                )
+                .await?,
+            ),
+            StoreLocation::Sqlite(_) if options.session_url.is_some() => {
+                return Err(StoreError::Config {
+                    location: location.to_string(),
+                    reason: "a session URL applies to a Postgres store only".into(),
+                });
             }
             StoreLocation::Sqlite(path) => {
                 Backend::Sqlite(sqlite::SqliteBackend::open(path, options.max_connections).await?)

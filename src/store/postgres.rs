@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgListener, PgPool, PgPoolOptions, PgRow};
-use sqlx::{PgConnection, Row};
+use sqlx::{Connection, PgConnection, Row};
 
 use crate::log::{AppendRequest, Appended, EventFilter, ExpectedVersion, Metadata, StreamRef};
 
@@ -40,15 +40,29 @@ const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub(crate) struct PgBackend {
     pool: PgPool,
+    /// Where LISTEN and the migrations connect, when the pool goes through a pooler
+    /// in transaction mode (see `StoreOptions::session_url`).
+    session: Option<std::sync::Arc<PgConnectOptions>>,
+}
+
+fn connect_options(url: &str) -> Result<PgConnectOptions, StoreError> {
+    url.parse().map_err(|e: sqlx::Error| StoreError::Config {
+        location: super::location::redact(url),
+        reason: e.to_string(),
+    })
 }
 
 impl PgBackend {
-    pub(crate) async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let options: PgConnectOptions =
-            url.parse().map_err(|e: sqlx::Error| StoreError::Config {
-                location: super::location::redact(url),
-                reason: e.to_string(),
-            })?;
+    pub(crate) async fn connect(
+        url: &str,
+        max_connections: u32,
+        session_url: Option<&str>,
+    ) -> Result<Self, StoreError> {
+        let options = connect_options(url)?;
+        let session = session_url
+            .map(connect_options)
+            .transpose()?
+            .map(std::sync::Arc::new);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -72,7 +86,7 @@ impl PgBackend {
                 "connecting to {}",
                 super::location::redact(url)
             )))?;
-        Ok(Self { pool })
+        Ok(Self { pool, session })
     }
 
     pub(crate) fn pool(&self) -> &PgPool {
@@ -87,13 +101,24 @@ impl PgBackend {
         &self,
         migrator: sqlx::migrate::Migrator,
     ) -> Result<(), StoreError> {
-        migrator
-            .run(&self.pool)
-            .await
-            .map_err(|e| StoreError::Migrate {
-                backend: "postgres",
-                source: e.into(),
-            })
+        let failed = |e: sqlx::migrate::MigrateError| StoreError::Migrate {
+            backend: "postgres",
+            source: e.into(),
+        };
+        // The migrator holds an advisory lock from its first statement to its last:
+        // through a pooler in transaction mode they could reach different server
+        // connections, and the lock would stay behind on one of them.
+        match &self.session {
+            Some(session) => {
+                let mut conn = PgConnection::connect_with(session.as_ref())
+                    .await
+                    .map_err(StoreError::db("connecting to migrate"))?;
+                let ran = migrator.run(&mut conn).await.map_err(failed);
+                let _ = conn.close().await;
+                ran
+            }
+            None => migrator.run(&self.pool).await.map_err(failed),
+        }
     }
 
     /// Append independent requests in one statement, which is its own transaction
@@ -489,7 +514,17 @@ impl PgBackend {
         signals: &super::signals::Signals,
         listening: &mut bool,
     ) -> Result<(), sqlx::Error> {
-        let mut listener = PgListener::connect_with(&self.pool).await?;
+        let mut listener = match &self.session {
+            // LISTEN needs a session: through a pooler in transaction mode the
+            // notifications would go to whichever client holds the server connection.
+            Some(session) => {
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_lazy_with(PgConnectOptions::clone(session));
+                PgListener::connect_with(&pool).await?
+            }
+            None => PgListener::connect_with(&self.pool).await?,
+        };
         listener.listen(CHANNEL).await?;
         *listening = true;
         // Anything appended before LISTEN took effect must be read too.

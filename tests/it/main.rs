@@ -38,6 +38,7 @@ mod mcp;
 mod mcp_tools;
 mod models;
 mod observability;
+mod pooler;
 mod projections;
 mod registry_tools;
 mod replica;
