@@ -24,7 +24,7 @@ use crate::support::cli::Awl;
 use crate::support::otlp::{self, Received};
 use crate::support::proxy::Proxy;
 use crate::support::server::{Api, config, free_port, serve_with, token};
-use crate::support::{Backend, TestStore, on_both_stores, wait_for, within};
+use crate::support::{Backend, TestStore, on_both_stores, poll, wait_for, within};
 
 on_both_stores!(worker_threads = 4;
     metrics_and_readiness_after_a_run,
@@ -392,12 +392,26 @@ async fn one_trace_for_a_run_across_two_workers(backend: Backend) {
     .await;
     stop(&mut b).await;
 
-    let spans = wait_for(30, "the spans of both workers", async || {
+    let spans = poll(30, async || {
         let spans = got.0.lock().unwrap().clone();
         let named = |n: &str| spans.iter().any(|s| s["name"] == n);
         (named("run traced") && named("step before") && named("step after")).then_some(spans)
     })
-    .await;
+    .await
+    .unwrap_or_else(|| {
+        let names: Vec<Value> = got
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].clone())
+            .collect();
+        panic!(
+            "after 30 s, not every span of the run's start and both workers had arrived: got \
+             {names:?} (worker A's log: {})",
+            std::fs::read_to_string(&log_a).unwrap_or_default()
+        )
+    });
     let find = |name: &str| -> &Value {
         spans
             .iter()
