@@ -3,7 +3,9 @@
 //! holder's decisions are dropped unwritten), then every run's events with its
 //! expected version, then (for the runs whose append did not conflict) the side
 //! writes their decisions planned (tasks, child runs, wake-ups), then the release of
-//! every run with nothing in flight, with its next due time. Nothing is decided here.
+//! every run with nothing in flight, with its next due time. A run whose events the
+//! store refuses outright is set aside (tried again in a minute) rather than failing
+//! everyone's commit. Nothing is decided here.
 
 use std::collections::{BTreeSet, HashMap};
 
