@@ -150,10 +150,10 @@ pub(super) enum Report {
     Throttled(Throttled, String),
 }
 
-/// Give a run back to be tried again in a minute (it could not be loaded or decided).
-/// A run that cannot be decided now: folded from the log again before any next
-/// decision (a failed decision took its held state), not decided again until a report
-/// arrives, and given back due in a minute once nothing of it is in flight.
+/// A run that cannot be decided, read or recorded now: folded from the log again
+/// before any next decision (a failed decision took its held state), not decided
+/// again until a report arrives, and given back due in a minute once nothing of it is
+/// in flight.
 pub(super) fn set_aside(
     run_id: &str,
     h: &mut Held,
@@ -167,6 +167,7 @@ pub(super) fn set_aside(
     }
 }
 
+/// Give a run back to be tried again in a minute.
 fn retry_later(run_id: &str, epoch: i64, version: i64, now: DateTime<Utc>) -> Release {
     Release {
         run_id: run_id.to_string(),

@@ -795,11 +795,35 @@ async fn illegal_transitions_are_409_and_append_nothing(backend: Backend) {
         (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_request")),
         "{answer}"
     );
+    // An agent's result holding a NUL is refused the same way, saying where.
+    let (got, answer) = api
+        .call(
+            Some(&tk.agents["a"]),
+            Method::POST,
+            &format!("/api/v1/tasks/{id}/complete"),
+            Some(json!({"result": {"log": ["ok", "x\u{0}y"]}})),
+        )
+        .await;
+    assert_eq!(
+        (got, answer["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_append")),
+        "{answer}"
+    );
+    let said = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("/result/log/1"), "{answer}");
     assert_eq!(
         t.store.head().await.unwrap(),
         head_after_wait + 1,
         "only the ack was appended"
     );
+    // The board's view was not moved by the refusal: the task can still complete.
+    api.ok(
+        &tk.agents["a"],
+        Method::POST,
+        &format!("/api/v1/tasks/{id}/complete"),
+        json!({"result": {"log": ["ok"]}}),
+    )
+    .await;
     server.shutdown().await.unwrap();
 }
 
