@@ -24,6 +24,7 @@
 
 mod commit;
 mod decide;
+mod lease;
 mod perform;
 mod rate;
 mod waiting;

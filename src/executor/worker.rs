@@ -16,8 +16,10 @@
 //! 5. spawn the remaining effects.
 //!
 //! A run with work in flight stays held: its lease is renewed every third of the lease
-//! time. If the lease is lost (the worker stalled), the run is dropped here and its
-//! late outcomes are ignored; the new holder restarts the attempt with the same key.
+//! time. Its effects stop before the lease could run out unrenewed (`lease.rs`), so no
+//! other worker can claim the run while they still run. If the lease is lost or runs
+//! out, the run is dropped here, its effects stopped and its late outcomes ignored;
+//! the new holder restarts the attempt with the same key.
 //! A worker that stalled so long that another claimed the run meanwhile finds out at
 //! its next commit at the latest: every claim carries an epoch, the commit fences on
 //! it (`StoreTx::fence`), and the stale holder's writes for that run are refused.
@@ -38,6 +40,8 @@ use crate::log::StreamType;
 use crate::runners::{ExternalTools, Runners};
 use crate::store::{EventStore, Lease, Release, domain_io};
 use crate::telemetry;
+
+use super::lease::{self, LocalLease};
 use crate::vault::{Protection, Reveal};
 use crate::workflow::model::Workflow;
 
@@ -122,6 +126,8 @@ pub(super) struct Held {
     /// The epoch of this worker's claim: its writes count only while the run's row
     /// still carries it.
     pub epoch: i64,
+    /// How long this worker may still run the run's effects: moved by each renewal.
+    pub lease: LocalLease,
     pub run: Run,
     pub version: i64,
     pub definition: Arc<Workflow>,
@@ -148,6 +154,8 @@ pub(super) enum Report {
     Step(StepOutcome, String),
     Compensation(CompensationOutcome, String),
     Throttled(Throttled, String),
+    /// The run's lease ran out before it was renewed: the effect was stopped.
+    Lapsed(String),
 }
 
 /// A run that cannot be decided, read or recorded now: folded from the log again
@@ -450,7 +458,10 @@ impl Worker {
             .as_ref()
             .and_then(|o| o.lock().ok().map(|s| s.iter().cloned().collect()));
         let limit = (self.config.batch - held.len()) as i64;
-        let lease_until = now + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
+        // Taken together: the lease as written and its local deadline.
+        let from = tokio::time::Instant::now();
+        let lease_until =
+            (self.clock)() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
         let claimed = self
             .store
             .claim_runs(&self.config.owner, now, lease_until, limit, only.as_deref())
@@ -473,6 +484,7 @@ impl Worker {
                         run_id,
                         Held {
                             epoch,
+                            lease: LocalLease::new(lease::deadline(from, self.config.lease)),
                             run,
                             version,
                             definition,
@@ -557,6 +569,7 @@ impl Worker {
         let id = h.run.id().unwrap_or_default();
         let trace = h.parent.clone();
         let protection = h.protection.clone();
+        let lease = h.lease.watch();
         match effect {
             Effect::Perform {
                 key,
@@ -612,10 +625,9 @@ impl Worker {
                         tools: tools.as_deref(),
                         cost_usd,
                     };
-                    let result = perform::perform(&runners, &call, &work, before.as_ref()).await;
-                    let _ = done_tx.send((
-                        run,
-                        Report::Step(
+                    let performed = perform::perform(&runners, &call, &work, before.as_ref());
+                    let report = match lease::within(lease, performed).await {
+                        Some(result) => Report::Step(
                             StepOutcome {
                                 step_id,
                                 attempt,
@@ -623,7 +635,9 @@ impl Worker {
                             },
                             key,
                         ),
-                    ));
+                        None => Report::Lapsed(key),
+                    };
+                    let _ = done_tx.send((run, report));
                 });
             }
             Effect::Compensate {
@@ -647,12 +661,18 @@ impl Worker {
                         tools: tools.as_deref(),
                         cost_usd: None,
                     };
-                    let result = perform::perform(&runners, &call, &work, None).await;
-                    let outcome = CompensationOutcome {
-                        step_id,
-                        error: result.err().map(|f| f.message),
+                    let performed = perform::perform(&runners, &call, &work, None);
+                    let report = match lease::within(lease, performed).await {
+                        Some(result) => {
+                            let outcome = CompensationOutcome {
+                                step_id,
+                                error: result.err().map(|f| f.message),
+                            };
+                            Report::Compensation(outcome, key)
+                        }
+                        None => Report::Lapsed(key),
                     };
-                    let _ = done_tx.send((run, Report::Compensation(outcome, key)));
+                    let _ = done_tx.send((run, report));
                 });
             }
             _ => {}
@@ -670,6 +690,7 @@ impl Worker {
                 epoch: h.epoch,
             })
             .collect();
+        let from = tokio::time::Instant::now();
         let until =
             (self.clock)() + chrono::Duration::from_std(self.config.lease).unwrap_or_default();
         match self
@@ -679,10 +700,19 @@ impl Worker {
         {
             Ok(kept) => {
                 let kept: BTreeSet<String> = kept.into_iter().collect();
-                held.retain(|id, _| {
+                let deadline = lease::deadline(from, self.config.lease);
+                held.retain(|id, h| {
                     let keep = kept.contains(id);
-                    if !keep {
-                        tracing::warn!(run = %id, "lease lost; another worker took the run over");
+                    if keep {
+                        h.lease.extend(deadline);
+                    } else {
+                        // Dropping the run drops its lease: its effects stop now.
+                        tracing::warn!(
+                            run = %id,
+                            in_flight = h.in_flight.len(),
+                            "lease lost; another worker took the run over, and its steps in \
+                             flight were stopped"
+                        );
                         telemetry::lease_lost(telemetry::LeaseLost::Renewal);
                     }
                     keep
@@ -778,6 +808,20 @@ fn accept(held: &mut HashMap<String, Held>, run_id: String, report: Report) {
         Report::Throttled(throttled, key) => {
             h.in_flight.remove(&key);
             h.throttles.push(throttled);
+        }
+        Report::Lapsed(key) => {
+            // Not renewed in time: another worker may claim the run as soon as the
+            // lease runs out. Dropping it stops its other effects too; the next holder
+            // (this worker, perhaps) reads it again and restarts the attempt.
+            tracing::warn!(
+                run = %run_id,
+                attempt = %key,
+                "lease lost: it ran out before it could be renewed, so the run's steps in \
+                 flight were stopped and the run is left to its next holder"
+            );
+            telemetry::lease_lost(telemetry::LeaseLost::Lapsed);
+            held.remove(&run_id);
+            return;
         }
     }
     h.dirty = true;

@@ -189,12 +189,15 @@ pub enum LeaseLost {
     Renewal,
     /// Committing: its writes for the run were refused (fenced).
     Commit,
+    /// Running its effects: the lease ran out before a renewal, so they were stopped.
+    Lapsed,
 }
 
 pub fn lease_lost(at: LeaseLost) {
     let at = match at {
         LeaseLost::Renewal => "renewal",
         LeaseLost::Commit => "commit",
+        LeaseLost::Lapsed => "lapsed",
     };
     counter!(LEASES_LOST, "at" => at).increment(1);
 }

@@ -361,15 +361,27 @@ pub async fn a_killed_worker_loses_nothing(backend: Backend) {
 
 // ---------------------------------------------------------------- 2. no overlap
 
+/// Journals each execution's start and end, holding a lock per attempt while it runs:
+/// an execution that finds the lock taken (another execution of the attempt is alive)
+/// says so. The lock goes with the last process holding it, so an execution stopped
+/// with SIGKILL (its worker's lease ran out) is seen as over at once.
 fn journal_script() -> &'static str {
-    r#"echo "start $AWL_IDEMPOTENCY_KEY/$AWL_ATTEMPT $$ $PPID $(date +%s%N)" >> "$1"
+    r#"attempt="$AWL_IDEMPOTENCY_KEY/$AWL_ATTEMPT"
+exec 9>>"$1.$(printf '%s' "$attempt" | tr -c 'A-Za-z0-9-' _).lock"
+if ! flock -n 9; then
+  echo "overlap $attempt $$ $PPID $(date +%s%N)" >> "$1"
+  exit 1
+fi
+echo "start $attempt $$ $PPID $(date +%s%N)" >> "$1"
 sleep "$2"
-echo "end $AWL_IDEMPOTENCY_KEY/$AWL_ATTEMPT $$ $PPID $(date +%s%N)" >> "$1"
+echo "end $attempt $$ $PPID $(date +%s%N)" >> "$1"
 "#
 }
 
 /// Two worker processes, 100 runs, every execution of every shell step journaled
-/// with its key, its process and the time.
+/// with its key, its process and the time. An execution may have been stopped (its
+/// worker's lease ran out before a renewal, under load): it has no end, but it held
+/// its attempt's lock until it died.
 pub async fn two_workers_never_run_one_attempt_at_once(backend: Backend) {
     let t = TestStore::new(backend).await;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -418,6 +430,11 @@ steps:
     type Span = (Option<u128>, Option<u128>);
     let text = std::fs::read_to_string(&journal).expect("the journal");
     let mut executions: BTreeMap<String, BTreeMap<(u32, u32), Span>> = BTreeMap::new();
+    let overlaps: Vec<&str> = text.lines().filter(|l| l.starts_with("overlap ")).collect();
+    assert!(
+        overlaps.is_empty(),
+        "attempts started while another execution of theirs was alive: {overlaps:#?}"
+    );
     for line in text.lines() {
         let parts: Vec<&str> = line.split(' ').collect();
         assert_eq!(parts.len(), 5, "a journal line: {line:?}");
@@ -437,32 +454,39 @@ steps:
     }
     let mut by_worker: BTreeMap<u32, usize> = BTreeMap::new();
     let mut repeated = 0;
+    let mut stopped = 0;
     for (key, execs) in &executions {
-        // An execution still going has no end yet: it overlaps whatever started later.
-        let mut spans: Vec<(u128, u128)> = execs
+        // Stopped executions (no end) are checked by their lock above.
+        let mut spans: Vec<(u128, Option<u128>)> = execs
             .values()
             .map(|(s, e)| {
                 (
                     s.unwrap_or_else(|| panic!("{key}: an end without a start")),
-                    e.unwrap_or(u128::MAX),
+                    *e,
                 )
             })
             .collect();
         spans.sort();
         for pair in spans.windows(2) {
-            assert!(
-                pair[1].0 > pair[0].1,
-                "{key} ran twice at once: {:?} and {:?}",
-                pair[0],
-                pair[1]
-            );
+            if let (Some(end), next) = (pair[0].1, pair[1].0) {
+                assert!(
+                    next > end,
+                    "{key} ran twice at once: {:?} and {:?}",
+                    pair[0],
+                    pair[1]
+                );
+            }
         }
+        stopped += spans.iter().filter(|(_, end)| end.is_none()).count();
         repeated += usize::from(spans.len() > 1);
         for (_, worker) in execs.keys() {
             *by_worker.entry(*worker).or_default() += 1;
         }
     }
-    eprintln!("executions by worker pid: {by_worker:?}; attempts run more than once: {repeated}");
+    eprintln!(
+        "executions by worker pid: {by_worker:?}; attempts run more than once: {repeated}; \
+         executions stopped: {stopped}"
+    );
 
     let finished =
         finished.unwrap_or_else(|| panic!("timed out after {LIMIT}s waiting for every run"));
@@ -490,13 +514,28 @@ steps:
         expected,
         "every attempt ran, and nothing else"
     );
-    assert!(
-        executions
-            .values()
-            .flat_map(|e| e.values())
-            .all(|(_, end)| end.is_some()),
-        "every execution ended"
-    );
+    // Nothing still runs: every attempt's lock is free, and each attempt's last
+    // execution (the one recorded) ended.
+    for key in executions.keys() {
+        let lock = PathBuf::from(format!(
+            "{}.{}.lock",
+            journal.display(),
+            key.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_")
+        ));
+        let file = std::fs::File::open(&lock).unwrap_or_else(|e| panic!("{}: {e}", lock.display()));
+        assert!(
+            file.try_lock().is_ok(),
+            "{key}: an execution is still running (it holds {})",
+            lock.display()
+        );
+    }
+    for (key, execs) in &executions {
+        let last = execs.values().max_by_key(|(start, _)| *start);
+        assert!(
+            last.is_some_and(|(_, end)| end.is_some()),
+            "{key}: its last execution ended: {execs:?}"
+        );
+    }
     assert_eq!(
         by_worker.keys().copied().collect::<BTreeSet<_>>(),
         BTreeSet::from([a.pid(), b.pid()]),
@@ -1517,6 +1556,182 @@ steps:
     assert!(check.contains("no problems"), "awl check: {check}");
 }
 
+/// A worker that cannot renew its lease stops its steps before the lease runs out, so
+/// no other worker can claim the run while they still run. The test holds the lock
+/// the renewal needs (the run's row on Postgres, the database's write lock on SQLite)
+/// while the worker's shell step runs: once the lease, as written, has run out, no
+/// process of the step may be alive. Let go, the run is claimed again and the attempt
+/// run again under the same key, and recorded once.
+pub async fn a_worker_that_cannot_renew_stops_its_steps_before_the_lease_ends(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let journal = dir.path().join("journal.txt");
+    let yaml = r#"
+name: lapsed
+version: "1.0.0"
+inputs:
+  journal: {type: string, required: true}
+steps:
+  - id: slow
+    type: shell
+    script: |
+      echo "start $$ $AWL_IDEMPOTENCY_KEY/$AWL_ATTEMPT" >> "$1"
+      if [ ! -e "$1.again" ]; then touch "$1.again"; sleep 30; fi
+      echo "end $$ $AWL_IDEMPOTENCY_KEY/$AWL_ATTEMPT" >> "$1"
+    args: ["${{ inputs.journal }}"]
+"#;
+    let (_, registered) = register(&t.store, dir.path(), "lapsed.yaml", yaml).await;
+    let run = start(
+        &t.store,
+        &registered,
+        &[("journal", journal.to_str().expect("utf-8 path"))],
+    )
+    .await;
+    let lines = || std::fs::read_to_string(&journal).unwrap_or_default();
+    let _worker = worker(&t, dir.path(), "worker", &["--lease-seconds", "2"]);
+    let pid: u32 = wait_for(LIMIT, "the step to start", async || {
+        lines()
+            .lines()
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|pid| pid.parse().ok())
+    })
+    .await;
+
+    // Hold what the renewal needs, and read the lease as it stands.
+    let held = LeaseHold::take(&t.location, &run).await;
+    let ends = held.lease_until;
+    assert!(
+        !live_in_group(pid).is_empty(),
+        "the step was still running when its renewals were stopped"
+    );
+    let left = (ends - Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(left).await;
+    let live = live_in_group(pid);
+    held.release().await;
+    assert!(
+        live.is_empty(),
+        "processes {live:?} of the step were still running when the lease ran out at {ends}"
+    );
+
+    let events = wait_until_finished(&t.store, std::slice::from_ref(&run))
+        .await
+        .remove(&run)
+        .expect("the run's events");
+    assert_eq!(of_type(&events, "run.completed").count(), 1, "{events:#?}");
+    assert_eq!(for_step(&events, "run.step_succeeded", "slow").count(), 1);
+    check_keys(&run, &events);
+    let text = lines();
+    let key = format!("{run}/slow/1");
+    let starts = text.lines().filter(|l| l.starts_with("start ")).count();
+    let ended = text.lines().filter(|l| l.starts_with("end ")).count();
+    assert_eq!((starts, ended), (2, 1), "stopped once, run again:\n{text}");
+    assert!(
+        text.lines().all(|l| l.ends_with(&format!(" {key}"))),
+        "both executions used key {key}:\n{text}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("worker.log")).unwrap_or_default();
+    assert!(
+        log.contains("steps in flight were stopped"),
+        "the worker says why it stopped the step:\n{log}"
+    );
+}
+
+/// The lock a lease renewal waits for, held by the test.
+struct LeaseHold {
+    lease_until: DateTime<Utc>,
+    conn: HoldConn,
+}
+
+enum HoldConn {
+    Postgres(sqlx::PgConnection),
+    Sqlite(sqlx::SqliteConnection),
+}
+
+impl LeaseHold {
+    async fn take(location: &StoreLocation, run: &str) -> Self {
+        match location {
+            StoreLocation::Postgres(url) => {
+                let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+                sqlx::query("BEGIN")
+                    .execute(&mut conn)
+                    .await
+                    .expect("begin");
+                let lease_until: DateTime<Utc> = sqlx::query_scalar(
+                    "SELECT lease_until FROM run_wakeups WHERE run_id = $1 FOR UPDATE",
+                )
+                .bind(run)
+                .fetch_one(&mut conn)
+                .await
+                .expect("the run's lease");
+                Self {
+                    lease_until,
+                    conn: HoldConn::Postgres(conn),
+                }
+            }
+            StoreLocation::Sqlite(path) => {
+                let url = format!("sqlite://{}", path.display());
+                let mut conn = sqlx::SqliteConnection::connect(&url)
+                    .await
+                    .expect("connect");
+                sqlx::query("BEGIN IMMEDIATE")
+                    .execute(&mut conn)
+                    .await
+                    .expect("the write lock");
+                let micros: i64 =
+                    sqlx::query_scalar("SELECT lease_until FROM run_wakeups WHERE run_id = ?1")
+                        .bind(run)
+                        .fetch_one(&mut conn)
+                        .await
+                        .expect("the run's lease");
+                Self {
+                    lease_until: DateTime::from_timestamp_micros(micros).expect("a time"),
+                    conn: HoldConn::Sqlite(conn),
+                }
+            }
+        }
+    }
+
+    async fn release(self) {
+        match self.conn {
+            HoldConn::Postgres(mut c) => {
+                sqlx::query("ROLLBACK")
+                    .execute(&mut c)
+                    .await
+                    .expect("rollback");
+            }
+            HoldConn::Sqlite(mut c) => {
+                sqlx::query("ROLLBACK")
+                    .execute(&mut c)
+                    .await
+                    .expect("rollback");
+            }
+        }
+    }
+}
+
+/// The live (not zombie) processes of group `pgid`.
+fn live_in_group(pgid: u32) -> Vec<u32> {
+    let mut live = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the command's closing parenthesis: state, ppid, pgrp.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
+            live.push(pid);
+        }
+    }
+    live
+}
+
 /// The fence itself, deterministically: while worker A runs a step, another claimant
 /// takes the run over (a claim made as if A's lease had run out; A's next renewal is
 /// seconds away) and writes nothing. A's commit of the step's outcome must be refused
@@ -1881,5 +2096,6 @@ crate::support::on_both_stores!(
     a_refresh_auth_hook_runs_before_the_retry,
     a_stale_holder_is_fenced,
     a_paused_worker_cannot_record_after_a_takeover,
+    a_worker_that_cannot_renew_stops_its_steps_before_the_lease_ends,
     a_worker_cannot_record_for_a_run_claimed_away,
 );
