@@ -40,12 +40,11 @@ use crate::log::StreamType;
 use crate::runners::{ExternalTools, Runners};
 use crate::store::{EventStore, Lease, Release, domain_io};
 use crate::telemetry;
-
-use super::lease::{self, LocalLease};
 use crate::vault::{Protection, Reveal};
 use crate::workflow::model::Workflow;
 
 use super::ExecError;
+use super::lease::{self, LocalLease};
 use super::perform::{self, Call};
 use super::rate::{self, Throttled, Token};
 

@@ -715,21 +715,26 @@ async fn illegal_transitions_are_409_and_append_nothing(backend: Backend) {
         );
     }
     // Text the log cannot hold (a NUL character) is refused, saying where.
-    let (got, answer) = api
-        .call(
-            Some(&tk.operator),
-            Method::POST,
-            "/api/v1/tasks",
-            Some(json!({"prompt": "a\u{0}b"})),
-        )
-        .await;
-    assert_eq!(
-        (got, answer["error"]["code"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_append")),
-        "{answer}"
-    );
-    let said = answer["error"]["message"].as_str().unwrap_or_default();
-    assert!(said.contains("NUL") && said.contains("/prompt"), "{answer}");
+    let refused_nul = async |token: &str, path: &str, body: Value, at: &str| {
+        let (got, answer) = api.call(Some(token), Method::POST, path, Some(body)).await;
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_append")),
+            "POST {path}: {answer}"
+        );
+        let said = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            said.contains("NUL") && said.contains(at),
+            "POST {path}: {answer}"
+        );
+    };
+    refused_nul(
+        &tk.operator,
+        "/api/v1/tasks",
+        json!({"prompt": "a\u{0}b"}),
+        "/prompt",
+    )
+    .await;
     // Held by a: b may not act on it, and a may not claim to be b.
     api.ok(
         &tk.agents["a"],
@@ -796,21 +801,13 @@ async fn illegal_transitions_are_409_and_append_nothing(backend: Backend) {
         "{answer}"
     );
     // An agent's result holding a NUL is refused the same way, saying where.
-    let (got, answer) = api
-        .call(
-            Some(&tk.agents["a"]),
-            Method::POST,
-            &format!("/api/v1/tasks/{id}/complete"),
-            Some(json!({"result": {"log": ["ok", "x\u{0}y"]}})),
-        )
-        .await;
-    assert_eq!(
-        (got, answer["error"]["code"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_append")),
-        "{answer}"
-    );
-    let said = answer["error"]["message"].as_str().unwrap_or_default();
-    assert!(said.contains("/result/log/1"), "{answer}");
+    refused_nul(
+        &tk.agents["a"],
+        &format!("/api/v1/tasks/{id}/complete"),
+        json!({"result": {"log": ["ok", "x\u{0}y"]}}),
+        "/result/log/1",
+    )
+    .await;
     assert_eq!(
         t.store.head().await.unwrap(),
         head_after_wait + 1,

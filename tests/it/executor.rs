@@ -1632,7 +1632,9 @@ steps:
     );
     let log = std::fs::read_to_string(dir.path().join("worker.log")).unwrap_or_default();
     assert!(
-        log.contains("steps in flight were stopped"),
+        log.contains(
+            "it ran out before it could be renewed, so the run's steps in flight were stopped"
+        ),
         "the worker says why it stopped the step:\n{log}"
     );
 }
