@@ -3,7 +3,8 @@
 //! Each operation is one [`Command`] on the task's (or agent's) stream: decided first on
 //! the board's in-memory view, again on the stream as stored if the view refuses it
 //! (the view may be behind another server's write), appended with the version decided
-//! on. A task that ends wakes the run whose agent step it is, in the same transaction.
+//! on. A stream read from the store refreshes the view as it is read, so a stale entry
+//! does not outlive the command that found it stale. A task that ends wakes the run whose agent step it is, in the same transaction.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -360,9 +361,18 @@ impl Board {
             let st = self.state();
             st.view.task(&id).map(|e| (e.state.clone(), e.version))
         };
+        let known = cached.is_some();
         let now = self.now();
         let done = Command::new(&self.inner.store, &stream, Metadata::actor(by.actor()))
             .cached(cached)
+            // A cached task found stale (another server moved it) is refreshed from the
+            // stream as read, even when the decision on it is then refused: a waiter
+            // whose reservation lost must not pick the same task again from the view.
+            .on_load(move |task: &Task, version| {
+                if known && task.id().is_some() {
+                    self.refresh(id, task.clone(), version);
+                }
+            })
             .wakes(now, |task: &Task| {
                 task.is_terminal()
                     .then(|| task.run_step().map(|r| r.run_id.to_string()))

@@ -368,6 +368,16 @@ impl Board {
         view
     }
 
+    /// Record a task's state as read from the log in the view, if it is newer than the
+    /// view's, and offer it if it is queued.
+    fn refresh(&self, id: TaskId, task: Task, version: i64) {
+        let queued = task.status() == Some(TaskStatus::Queued);
+        let newer = self.state().view.put_task(id, task, version);
+        if newer && queued {
+            self.offer(id);
+        }
+    }
+
     async fn load_task(&self, id: TaskId) -> Result<(Task, i64), BoardError> {
         let (task, version) = domain_io::load::<Task>(&self.inner.store, &task_stream(id)).await?;
         if version == 0 {

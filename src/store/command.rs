@@ -63,6 +63,7 @@ pub enum CommandError<E> {
 }
 
 type Wakes<'a, A> = Box<dyn Fn(&A) -> Vec<String> + Send + Sync + 'a>;
+type Loaded<'a, A> = Box<dyn Fn(&A, i64) + Send + Sync + 'a>;
 
 /// A command about to be decided on one stream. Build it, then [`Command::run`].
 pub struct Command<'a, A: Aggregate> {
@@ -71,6 +72,8 @@ pub struct Command<'a, A: Aggregate> {
     metadata: Metadata,
     cached: Option<(A, i64)>,
     wakes: Option<(DateTime<Utc>, Wakes<'a, A>)>,
+    /// Told the stream's state each time it is read from the store.
+    loaded: Option<Loaded<'a, A>>,
     /// The priority a run new to the wake-up queue gets.
     priority: i32,
     /// Look for this command's events before deciding (its id was given, or an
@@ -94,6 +97,7 @@ impl<'a, A: Aggregate> Command<'a, A> {
             metadata,
             cached: None,
             wakes: None,
+            loaded: None,
             priority: 0,
             look_for_own,
         }
@@ -112,6 +116,15 @@ impl<'a, A: Aggregate> Command<'a, A> {
     /// loading the stream.
     pub fn cached(mut self, state: Option<(A, i64)>) -> Self {
         self.cached = state;
+        self
+    }
+
+    /// Tell `seen` the stream's state and version each time the command reads it from
+    /// the store (after a conflict, or with no cached state), so a cache the caller
+    /// keeps can take it. Without this a decision refused on the stored state leaves
+    /// the cache as it was, and the caller would decide the same stale way again.
+    pub fn on_load(mut self, seen: impl Fn(&A, i64) + Send + Sync + 'a) -> Self {
+        self.loaded = Some(Box::new(seen));
         self
     }
 
@@ -144,6 +157,9 @@ impl<'a, A: Aggregate> Command<'a, A> {
                 Some(known) => (true, known),
                 None => {
                     let (state, version, own) = self.load().await?;
+                    if let Some(seen) = &self.loaded {
+                        seen(&state, version);
+                    }
                     if own > 0 && self.look_for_own {
                         return Ok(Executed {
                             state,
@@ -176,7 +192,10 @@ impl<'a, A: Aggregate> Command<'a, A> {
                 Err(e @ StoreError::Conflict { .. }) => {
                     // A stream moved into the archive never takes the append.
                     match self.store.explain_conflict(e).await {
-                        StoreError::Conflict { .. } => continue,
+                        StoreError::Conflict { .. } => {
+                            telemetry::command_conflict(self.stream.kind.as_str());
+                            continue;
+                        }
                         e => return Err(CommandError::Store(e)),
                     }
                 }

@@ -27,6 +27,7 @@ pub const HTTP_REQUESTS: &str = "awl_http_requests_total";
 pub const HTTP_DURATION: &str = "awl_http_request_duration_seconds";
 pub const DB_POOL: &str = "awl_db_pool_connections";
 pub const LOG_PAGES: &str = "awl_log_pages_total";
+pub const COMMAND_CONFLICTS: &str = "awl_command_conflicts_total";
 
 /// Every metric above: what `/metrics` can show (a test holds the Grafana dashboard to
 /// it).
@@ -47,6 +48,7 @@ pub const ALL_METRICS: &[&str] = &[
     HTTP_DURATION,
     DB_POOL,
     LOG_PAGES,
+    COMMAND_CONFLICTS,
 ];
 
 /// Bucket bounds of the duration histograms, in seconds (half a millisecond to ten
@@ -161,6 +163,12 @@ fn describe() {
         "Pages of the log this process's followers (projections, tails) read, by source: \
          `memory` (this process's own latest commits) or `database`."
     );
+    describe_counter!(
+        COMMAND_CONFLICTS,
+        "Commands of this process whose append was refused because another writer had \
+         changed the stream since it was read (each then decided again), by stream type: \
+         contention, such as servers reserving the same task."
+    );
 }
 
 pub fn run_started(workflow: &str) {
@@ -200,6 +208,12 @@ pub fn lease_lost(at: LeaseLost) {
         LeaseLost::Lapsed => "lapsed",
     };
     counter!(LEASES_LOST, "at" => at).increment(1);
+}
+
+/// A command's append on a stream of type `stream` (`task`, `run`, ...) met another
+/// writer's.
+pub fn command_conflict(stream: &'static str) {
+    counter!(COMMAND_CONFLICTS, "stream" => stream).increment(1);
 }
 
 /// Due, unheld wake-ups, and the age of the oldest.

@@ -2,7 +2,9 @@
 //! their checkpoints and folds only the events after them, on both stores: what it
 //! then knows is what folding each stream of the log gives; it holds live tasks, not
 //! the ended history; listings page through live tasks from memory and ended ones
-//! from the projection as one ordered list; and it dispatches.
+//! from the projection as one ordered list; and it dispatches. Two boards over one log:
+//! a reservation lost to the other board refreshes the loser's view, so its agent
+//! takes the next task.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -22,6 +24,7 @@ use crate::support::{Backend, TestStore, on_both_stores};
 
 on_both_stores!(worker_threads = 2;
     a_board_started_from_its_projection_knows_what_the_log_says,
+    a_reservation_lost_to_another_board_moves_on_to_the_next_task,
 );
 
 /// Every task of the log, folded from its stream.
@@ -236,4 +239,75 @@ async fn a_board_started_from_its_projection_knows_what_the_log_says(backend: Ba
         .unwrap()
         .expect("a task");
     assert_eq!(got.task_id, oldest.task_id);
+}
+
+/// Send a task that needs `capability`, with no agent waiting: it stays queued.
+async fn queue(board: &Board, prompt: &str) -> String {
+    let (task, _) = board
+        .send(
+            NewTask {
+                prompt: prompt.into(),
+                capabilities: Capabilities::new(["rust"]),
+                ..NewTask::default()
+            },
+            &Caller::User("ops".into()),
+            None,
+        )
+        .await
+        .unwrap();
+    task.task_id.to_string()
+}
+
+/// Two boards over one log, one of them not following it (as if the log's tail were
+/// slow to bring it another server's writes). The other board reserves the oldest
+/// task; an agent waiting on the board behind then decides on its stale view, takes
+/// that same task, and loses the append. The stream its reservation read refreshes
+/// the view, so the agent takes the next task at once, instead of trying the same
+/// one again (a conflict and a read each time) until its wait runs out.
+async fn a_reservation_lost_to_another_board_moves_on_to_the_next_task(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let open = || Board::open(t.store.clone(), system_clock(), BoardConfig::default());
+    let behind = open().await.unwrap();
+    let (a, b) = (
+        AgentId::try_from("agent-a").unwrap(),
+        AgentId::try_from("agent-b").unwrap(),
+    );
+    register(&behind, &a, "rust").await;
+    register(&behind, &b, "rust").await;
+    let first = queue(&behind, "first").await;
+    let second = queue(&behind, "second").await;
+
+    let other = open().await.unwrap();
+    let taken = other
+        .wait_for_prompt(&b, Some(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("the oldest task, on the other board");
+    assert_eq!(taken.task_id.to_string(), first);
+    let first: TaskId = first.parse().unwrap();
+    assert_eq!(
+        behind.task(first).await.unwrap().status,
+        "QUEUED",
+        "the board behind has not seen the reservation yet"
+    );
+
+    let conflicts = || {
+        let text = awl::telemetry::render();
+        text.lines()
+            .find(|l| l.starts_with("awl_command_conflicts_total{stream=\"task\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let conflicts_before = conflicts();
+    let got = behind
+        .wait_for_prompt(&a, Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the next task, not the same one tried until the wait ran out");
+    assert_eq!(got.task_id.to_string(), second);
+    let seen = behind.task(first).await.unwrap();
+    assert_eq!(seen.status, "PENDING_ACK", "{seen:?}");
+    assert_eq!(seen.assignee.as_deref(), Some("agent-b"), "{seen:?}");
+    // Counted for operators (tests of this binary run side by side: at least one more).
+    assert!(conflicts() > conflicts_before, "the conflict is counted");
 }
