@@ -9,7 +9,9 @@
 //! calling one server (in turn), wait, ack and complete while 4 senders (each on
 //! one server) send 4,000 tasks; full lifecycles per second. A task sent to one
 //! server reaches an agent waiting on another through the log (each server's board
-//! follows it). Both on the Postgres of AWL_BENCH_DATABASE_URL / DATABASE_URL /
+//! follows it); with, per lifecycle, the task conflicts the servers counted (appends
+//! that lost to another server's, each decided again) and the log pages their
+//! followers read from the database. Both on the Postgres of AWL_BENCH_DATABASE_URL / DATABASE_URL /
 //! the local server, a fresh database each; with `--via-port P` the processes connect
 //! through 127.0.0.1:P instead (a PgBouncer in front of that server), LISTEN and the
 //! migrations to the database itself (`AWL_SESSION_DATABASE_URL`).
@@ -340,8 +342,44 @@ const TASKS: usize = 4_000;
 const AGENTS: usize = 20;
 const SENDERS: usize = 4;
 
+/// What `n` server processes did: full lifecycles per second, how many task commands
+/// met another writer's append (their `awl_command_conflicts_total`, summed; `None`
+/// when no server counted any, as builds before the counter), and how many pages of
+/// the log their followers read from the database (`awl_log_pages_total`).
+struct Served {
+    rate: f64,
+    conflicts: Option<f64>,
+    pages_read: Option<f64>,
+}
+
+/// A server's `/metrics` page.
+async fn metrics_of(http: &reqwest::Client, base: &str, token: &str) -> Option<String> {
+    let response = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .ok()?;
+    response.text().await.ok()
+}
+
+/// The value of the sample whose line starts with `series` (name and labels).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// `a + b`, where a side without a value counts as nothing.
+fn add(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (None, None) => None,
+        _ => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+    }
+}
+
 /// Full board lifecycles per second over `n` server processes.
-async fn servers(n: usize, c: &Config) -> f64 {
+async fn servers(n: usize, c: &Config) -> Served {
     let fresh = runs_support::fresh("postgres", &support::admin_url()).await;
     let (operator, agents) = board_support::tokens(&fresh.store, AGENTS).await;
     let ports: Vec<u16> = (0..n).map(|_| cluster::free_port()).collect();
@@ -431,7 +469,19 @@ async fn servers(n: usize, c: &Config) -> f64 {
     for w in workers {
         let _ = w.await;
     }
-    rate
+    let (mut conflicts, mut pages_read) = (None, None);
+    for base in &bases {
+        let text = metrics_of(&http, base, &operator).await.unwrap_or_default();
+        let counted = sample(&text, "awl_command_conflicts_total{stream=\"task\"}");
+        conflicts = add(conflicts, counted);
+        let read = sample(&text, "awl_log_pages_total{source=\"database\"}");
+        pages_read = add(pages_read, read);
+    }
+    Served {
+        rate,
+        conflicts,
+        pages_read,
+    }
 }
 
 #[tokio::main]
@@ -458,10 +508,20 @@ async fn main() {
              {SENDERS} senders, --db-pool {}, {via}\n",
             c.db_pool
         );
-        println!("| server processes | full lifecycles / s |");
-        println!("|---:|---:|");
+        println!(
+            "| server processes | full lifecycles / s | task conflicts per lifecycle | log pages read from the database per lifecycle |"
+        );
+        println!("|---:|---:|---:|---:|");
+        let per_lifecycle =
+            |k: Option<f64>| k.map_or("-".to_string(), |k| format!("{:.2}", k / TASKS as f64));
         for &n in &c.processes {
-            println!("| {n} | {:.0} |", servers(n, &c).await);
+            let served = servers(n, &c).await;
+            println!(
+                "| {n} | {:.0} | {} | {} |",
+                served.rate,
+                per_lifecycle(served.conflicts),
+                per_lifecycle(served.pages_read)
+            );
         }
     }
     if c.wants("replica") {
