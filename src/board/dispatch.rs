@@ -290,9 +290,18 @@ impl Board {
                 Offer::Reserved(view) => return Ok(Some(*view)),
                 Offer::Look(mark) => mark,
             };
+            // Offered by the log's tail as the task was queued, it may have been
+            // reserved by the same commit (another server's send with an agent
+            // waiting there), applied since: then there is nothing to try, and no
+            // reason to read the stream to be refused again. (A view behind the log
+            // cannot show a reservation that is not there.)
+            let queued = self.state().view.queue().get(&mark.task).is_some();
             // The mark is cleared when `mark` drops, even if this future is dropped
             // while the append is in flight.
-            let reserved = self.reserve(mark.task, agent).await;
+            let reserved = match queued {
+                true => self.reserve(mark.task, agent).await,
+                false => Ok(None),
+            };
             drop(mark);
             if let Some(view) = reserved? {
                 return Ok(Some(view));
