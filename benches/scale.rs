@@ -11,8 +11,8 @@
 //! server reaches an agent waiting on another through the log (each server's board
 //! follows it); with, per lifecycle, the task conflicts the servers counted (appends
 //! that lost to another server's, each decided again) and the log pages their
-//! followers read from the database. Both on the Postgres of AWL_BENCH_DATABASE_URL / DATABASE_URL /
-//! the local server, a fresh database each; with `--via-port P` the processes connect
+//! followers read from the database. Both on the Postgres of AWL_BENCH_DATABASE_URL /
+//! DATABASE_URL / the local server, a fresh database each; with `--via-port P` the processes connect
 //! through 127.0.0.1:P instead (a PgBouncer in front of that server), LISTEN and the
 //! migrations to the database itself (`AWL_SESSION_DATABASE_URL`).
 //!

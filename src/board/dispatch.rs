@@ -298,9 +298,10 @@ impl Board {
             let queued = self.state().view.queue().get(&mark.task).is_some();
             // The mark is cleared when `mark` drops, even if this future is dropped
             // while the append is in flight.
-            let reserved = match queued {
-                true => self.reserve(mark.task, agent).await,
-                false => Ok(None),
+            let reserved = if queued {
+                self.reserve(mark.task, agent).await
+            } else {
+                Ok(None)
             };
             drop(mark);
             if let Some(view) = reserved? {

@@ -4,7 +4,8 @@
 //! the board's in-memory view, again on the stream as stored if the view refuses it
 //! (the view may be behind another server's write), appended with the version decided
 //! on. A stream read from the store refreshes the view as it is read, so a stale entry
-//! does not outlive the command that found it stale. A task that ends wakes the run whose agent step it is, in the same transaction.
+//! does not outlive the command that found it stale. A task that ends wakes the run
+//! whose agent step it is, in the same transaction.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;

@@ -20,7 +20,7 @@ use awl::projections::Projections;
 use awl::store::{EventStore, domain_io};
 use serde_json::json;
 
-use crate::support::{Backend, TestStore, on_both_stores};
+use crate::support::{Backend, TestStore, on_both_stores, sample};
 
 on_both_stores!(worker_threads = 2;
     a_board_started_from_its_projection_knows_what_the_log_says,
@@ -241,7 +241,7 @@ async fn a_board_started_from_its_projection_knows_what_the_log_says(backend: Ba
     assert_eq!(got.task_id, oldest.task_id);
 }
 
-/// Send a task that needs `capability`, with no agent waiting: it stays queued.
+/// Send a task that needs `rust`, with no agent waiting: it stays queued.
 async fn queue(board: &Board, prompt: &str) -> String {
     let (task, _) = board
         .send(
@@ -293,10 +293,7 @@ async fn a_reservation_lost_to_another_board_moves_on_to_the_next_task(backend: 
 
     let conflicts = || {
         let text = awl::telemetry::render();
-        text.lines()
-            .find(|l| l.starts_with("awl_command_conflicts_total{stream=\"task\"}"))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .unwrap_or(0.0)
+        sample(&text, "awl_command_conflicts_total", &[("stream", "task")]).unwrap_or(0.0)
     };
     let conflicts_before = conflicts();
     let got = behind

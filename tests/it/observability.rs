@@ -24,7 +24,7 @@ use crate::support::cli::Awl;
 use crate::support::otlp::{self, Received};
 use crate::support::proxy::Proxy;
 use crate::support::server::{Api, config, free_port, serve_with, token};
-use crate::support::{Backend, TestStore, on_both_stores, poll, wait_for, within};
+use crate::support::{Backend, TestStore, on_both_stores, poll, sample, wait_for, within};
 
 on_both_stores!(worker_threads = 4;
     metrics_and_readiness_after_a_run,
@@ -149,20 +149,6 @@ async fn metrics_text(api: &Api, token: Option<&str>) -> String {
             .starts_with("text/plain; version=0.0.4")
     );
     response.text().await.unwrap()
-}
-
-/// The value of the sample `name{labels...}` in a Prometheus text page.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 fn prometheus() -> String {
