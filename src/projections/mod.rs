@@ -19,6 +19,7 @@ mod board;
 mod chat;
 mod fold;
 mod learning;
+pub mod lease;
 mod model_use;
 mod proposals;
 pub mod queries;
@@ -34,6 +35,7 @@ use crate::log::{RecordedEvent, StreamType};
 use crate::store::rows::{Column, Param};
 use crate::store::{StoreError, StoreTx};
 
+pub use lease::FollowLease;
 pub use runner::{ProjectionStatus, Projections};
 pub use verify::TableDifference;
 

@@ -3,7 +3,8 @@
 //!
 //! Each batch is one transaction that locks the projection's `projection_state` row,
 //! applies the events after its checkpoint and moves the checkpoint: several `awl
-//! serve` processes can run the same projections, and each event is applied once. A
+//! serve` processes can run the same projections, and each event is applied once
+//! (servers take turns all the same, see [`super::lease`], to spare the reads). A
 //! rebuild fills generation N+1 from position 0 without the lock, then, holding it,
 //! applies the last events, points the views at N+1 and drops N, all in one commit.
 
@@ -18,6 +19,7 @@ use crate::log::{EventFilter, RecordedEvent};
 use crate::store::rows::Param;
 use crate::store::{EventStore, Following, StoreTx};
 
+use super::lease::FollowLease;
 use super::{Projection, ProjectionError, Writer, all, name_tables};
 
 /// Events applied per transaction while following the log.
@@ -387,12 +389,52 @@ impl Projections {
 
     /// After [`Projections::prepare`]: rebuild the `outdated` projections it named (in
     /// the background), then follow the log until `stop`, whenever it grows (and
-    /// every second).
+    /// every second). The one follower of its database (tests, one-off tools); servers
+    /// take turns with [`Self::follow_leased`].
     pub async fn follow(
         &self,
         outdated: Vec<&'static str>,
         mut stop: watch::Receiver<bool>,
     ) -> Result<(), ProjectionError> {
+        self.rebuild_in_background(outdated);
+        let (_always, mut held) = watch::channel(true);
+        self.follow_while_held(&mut held, &mut stop).await;
+        Ok(())
+    }
+
+    /// [`Self::follow`] for one of many servers over a database: the log is followed
+    /// only while this process holds `lease` (see [`super::lease`]); until `stop`, when
+    /// the lease is given up.
+    pub async fn follow_leased(
+        &self,
+        outdated: Vec<&'static str>,
+        lease: FollowLease,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), ProjectionError> {
+        self.rebuild_in_background(outdated);
+        let (held_tx, mut held) = watch::channel(false);
+        let keeper = tokio::spawn(lease.keep(self.store.clone(), held_tx, stop.clone()));
+        'follow: loop {
+            // Wait for the lease (or `stop`): the keeper says when it is taken.
+            while !*held.borrow_and_update() {
+                tokio::select! {
+                    changed = held.changed() => if changed.is_err() { break 'follow },
+                    changed = stop.changed() => if changed.is_err() || *stop.borrow() {
+                        break 'follow
+                    },
+                }
+            }
+            self.follow_while_held(&mut held, &mut stop).await;
+            if *stop.borrow() || stop.has_changed().is_err() {
+                break;
+            }
+        }
+        // The keeper gives the lease up once it sees `stop`.
+        let _ = keeper.await;
+        Ok(())
+    }
+
+    fn rebuild_in_background(&self, outdated: Vec<&'static str>) {
         for name in outdated {
             let me = self.clone();
             tokio::spawn(async move {
@@ -402,16 +444,30 @@ impl Projections {
                 }
             });
         }
+    }
+
+    /// Follow the log while `held` says so, until `stop`: whenever it grows, and every
+    /// second.
+    async fn follow_while_held(
+        &self,
+        held: &mut watch::Receiver<bool>,
+        stop: &mut watch::Receiver<bool>,
+    ) {
         let mut wake = self.store.subscribe();
         let mut following = Following::default();
         loop {
             wake.borrow_and_update();
+            if !*held.borrow_and_update() || *stop.borrow() {
+                return;
+            }
             if let Err(e) = self.catch_up_following(&mut following).await {
                 tracing::error!(error = %e, "a projection failed; retrying in 1 s");
                 following.force();
             }
             tokio::select! {
-                _ = stop.changed() => return Ok(()),
+                _ = stop.changed() => return,
+                // The lease lost (or its keeper gone): stop following.
+                changed = held.changed() => if changed.is_err() { return },
                 _ = wake.changed() => {
                     // Let a burst of appends gather into one batch (one commit for many
                     // events): lag grows by at most this much.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use awl::board::NewTask;
 use awl::board::{Board, BoardConfig, Caller};
+use awl::clock::ManualClock;
 use awl::clock::system_clock;
 use awl::definitions;
 use awl::domain::ids::AgentId;
@@ -15,7 +16,7 @@ use awl::domain::run::Run;
 use awl::domain::workspace::Capabilities;
 use awl::executor::{Worker, WorkerConfig};
 use awl::log::{EventFilter, StreamRef, StreamType};
-use awl::projections::Projections;
+use awl::projections::{FollowLease, Projections};
 use awl::runners::{Runners, RunnersConfig};
 use awl::runs::{GateDecision, Runs};
 use awl::store::EventStore;
@@ -34,6 +35,7 @@ on_both_stores!(worker_threads = 4;
     live_streams_resume_and_follow_the_views,
     a_new_projection_version_is_rebuilt_at_start,
     catching_up_past_full_pages_reads_ahead_and_misses_nothing,
+    one_server_at_a_time_follows_into_the_projections,
 );
 
 mod postgres_only {
@@ -893,4 +895,109 @@ steps:
         rows[0]["method"], "lz4",
         "{rows:?} (this test needs a Postgres built with lz4, as Debian's and the official images are)"
     );
+}
+
+/// Tasks in the board view.
+async fn board_rows(store: &EventStore) -> i64 {
+    let rows = store
+        .query_rows("SELECT count(*) AS n FROM board_tasks", &[])
+        .await
+        .unwrap();
+    rows[0]["n"].as_i64().unwrap()
+}
+
+/// Who holds the projections' lease.
+async fn lease_owner(store: &EventStore) -> Option<String> {
+    let rows = store
+        .query_rows(
+            "SELECT owner FROM follower_checkpoints WHERE name = 'projections'",
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.first()
+        .and_then(|r| r["owner"].as_str())
+        .map(str::to_string)
+}
+
+/// Servers over one database take turns following the log into the projections: none
+/// follows while another server's lease holds; one takes over when that lease lapses
+/// (a server that died); a second waits while the first renews, and takes over at
+/// once when the first stops and gives the lease up.
+async fn one_server_at_a_time_follows_into_the_projections(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let projections = Projections::new(t.store.clone());
+    projections.prepare().await.unwrap();
+    let time = ManualClock::new(Utc::now());
+    let lease = |owner: &str| FollowLease {
+        owner: owner.to_string(),
+        lease: Duration::from_secs(10),
+        renew: Duration::from_millis(100),
+        clock: time.clock(),
+    };
+    let follow = |owner: &str| {
+        let (stop, stop_rx) = watch::channel(false);
+        let (p, lease) = (projections.clone(), lease(owner));
+        (
+            stop,
+            tokio::spawn(async move { p.follow_leased(vec![], lease, stop_rx).await }),
+        )
+    };
+    let board = Board::open(t.store.clone(), system_clock(), BoardConfig::default())
+        .await
+        .unwrap();
+    let send = async |n: usize| {
+        let task = NewTask {
+            prompt: format!("task {n}"),
+            ..NewTask::default()
+        };
+        let ops = Caller::User("ops".into());
+        board.send(task, &ops, None).await.unwrap();
+    };
+
+    // A server that died holds the lease for ten more seconds.
+    let now = time.now();
+    let until = now + chrono::Duration::seconds(10);
+    let taken = t.store.claim_follower("projections", "dead", now, until, 0);
+    assert!(taken.await.unwrap());
+    let (stop_a, a) = follow("a");
+    send(1).await;
+    // Ten tries at the lease, and a follower would have read the log at least once.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(board_rows(&t.store).await, 0, "followed without the lease");
+    assert_eq!(lease_owner(&t.store).await.as_deref(), Some("dead"));
+
+    time.advance(chrono::Duration::seconds(11));
+    wait_for(10, "a to take the lapsed lease and follow", async || {
+        (board_rows(&t.store).await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(lease_owner(&t.store).await.as_deref(), Some("a"));
+
+    let (stop_b, b) = follow("b");
+    send(2).await;
+    wait_for(10, "a to follow the second task", async || {
+        (board_rows(&t.store).await == 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        lease_owner(&t.store).await.as_deref(),
+        Some("a"),
+        "a renews"
+    );
+
+    stop_a.send(true).unwrap();
+    a.await.unwrap().unwrap();
+    send(3).await;
+    // The clock has not moved: b takes over because a gave the lease up.
+    wait_for(10, "b to take the lease up and follow", async || {
+        (board_rows(&t.store).await == 3).then_some(())
+    })
+    .await;
+    assert_eq!(lease_owner(&t.store).await.as_deref(), Some("b"));
+
+    stop_b.send(true).unwrap();
+    b.await.unwrap().unwrap();
+    assert_eq!(lease_owner(&t.store).await, None, "b gives the lease up");
 }
