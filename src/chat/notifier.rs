@@ -31,7 +31,7 @@ use crate::domain::run::{Run, RunEvent};
 use crate::domain::task::{Task, TaskEvent};
 use crate::log::{EventFilter, Metadata, RecordedEvent, StreamRef, StreamType};
 use crate::store::command::{Command, CommandError};
-use crate::store::{EventStore, StoreError, domain_io};
+use crate::store::{EventStore, FollowerLease, StoreError, domain_io, until_held};
 use crate::vault::{Keys, Reveal, reveal_string};
 use crate::workflow::model::ChatRoute;
 
@@ -74,8 +74,6 @@ pub struct Notifier {
     clock: Clock,
     /// Workflow definitions, for their own `chat:` routes.
     definitions: Definitions,
-    /// This process, as the lease's owner.
-    owner: String,
 }
 
 impl Notifier {
@@ -85,85 +83,68 @@ impl Notifier {
             sender,
             clock,
             definitions: Definitions::default(),
-            owner: format!("{}:{}", std::process::id(), uuid::Uuid::new_v4()),
         }
     }
 
-    /// Follow the log until `stop`; then give the lease up.
+    /// Follow the log while this process holds the notifier's lease, until `stop`;
+    /// then give the lease up. The lease is kept by a task of its own, so a delivery
+    /// that waits out a rate limit does not let it lapse.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        loop {
-            match self.follow(stop.clone()).await {
-                Ok(()) => {
-                    if let Err(e) = self.store.release_follower(FOLLOWER, &self.owner).await {
-                        tracing::warn!(error = %e, "cannot give the chat notifier's lease up");
-                    }
-                    return;
+        // Where a first notifier starts: the head (history is not told).
+        let head = loop {
+            match self.store.head().await {
+                Ok(head) => break head,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the chat notifier cannot read the log; trying again")
                 }
-                Err(e) => tracing::warn!(error = %e, "the chat notifier stopped; starting again"),
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = stop.changed() => return,
             }
-        }
-    }
-
-    /// Wait for the lease, then follow while it is held (renewed every few seconds;
-    /// lost, the notifier stops delivering and waits for it again).
-    async fn follow(&self, mut stop: watch::Receiver<bool>) -> Result<(), StoreError> {
-        loop {
-            if self.claim().await? {
-                if self.deliver_while_held(stop.clone()).await? {
-                    return Ok(());
-                }
-            } else {
+        };
+        let lease = FollowerLease::new(FOLLOWER, LEASE, RENEW, self.clock.clone());
+        let (mut held, keeper) = lease.spawn(self.store.clone(), head, stop.clone());
+        while until_held(&mut held, &mut stop).await {
+            if let Err(e) = self.deliver_while_held(&mut held, stop.clone()).await {
+                tracing::warn!(error = %e, "the chat notifier stopped; starting again");
                 tokio::select! {
-                    _ = tokio::time::sleep(RENEW) => {}
-                    _ = stop.changed() => return Ok(()),
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.changed() => {}
                 }
             }
-            if *stop.borrow() {
-                return Ok(());
-            }
         }
+        // The keeper gives the lease up once it sees `stop`.
+        let _ = keeper.await;
     }
 
-    /// Take or renew the lease.
-    async fn claim(&self) -> Result<bool, StoreError> {
-        let now = (self.clock)();
-        let until = now + chrono::Duration::from_std(LEASE).unwrap_or_default();
-        let head = self.store.head().await?;
-        self.store
-            .claim_follower(FOLLOWER, &self.owner, now, until, head)
-            .await
-    }
-
-    /// Follow the log from the checkpoint while the lease holds; `true` when asked to
-    /// stop, `false` when the lease was lost.
+    /// Follow the log from the checkpoint while `held` says the lease is held, until
+    /// `stop`.
     async fn deliver_while_held(
         &self,
+        held: &mut watch::Receiver<bool>,
         mut stop: watch::Receiver<bool>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<(), StoreError> {
         let after = self.store.follower_checkpoint(FOLLOWER).await?.unwrap_or(0);
         let filter = EventFilter {
             stream_types: vec![StreamType::Run, StreamType::Task],
             ..EventFilter::default()
         };
         let mut events = Box::pin(self.store.tail(after, filter));
-        let mut renew = tokio::time::interval(RENEW);
-        renew.tick().await;
         loop {
             let next = tokio::select! {
                 next = events.next() => next,
-                _ = renew.tick() => {
-                    if !self.claim().await? {
-                        return Ok(false);
+                changed = held.changed() => {
+                    if changed.is_err() || !*held.borrow() {
+                        return Ok(());
                     }
                     continue;
                 }
-                _ = stop.changed() => return Ok(true),
+                _ = stop.changed() => return Ok(()),
             };
-            let Some(event) = next else { return Ok(true) };
+            let Some(event) = next else {
+                return Err(StoreError::Unavailable("the log's tail ended".into()));
+            };
             let event = event?;
             // A backlog from long ago (chat configured again after months without it)
             // is not told: it would flood the channels with what is long over.

@@ -35,7 +35,6 @@ use crate::log::{RecordedEvent, StreamType};
 use crate::store::rows::{Column, Param};
 use crate::store::{StoreError, StoreTx};
 
-pub use lease::FollowLease;
 pub use runner::{ProjectionStatus, Projections};
 pub use verify::TableDifference;
 

@@ -17,9 +17,8 @@ use tokio::sync::{OnceCell, watch};
 
 use crate::log::{EventFilter, RecordedEvent};
 use crate::store::rows::Param;
-use crate::store::{EventStore, Following, StoreTx};
+use crate::store::{EventStore, FollowerLease, Following, StoreTx, until_held};
 
-use super::lease::FollowLease;
 use super::{Projection, ProjectionError, Writer, all, name_tables};
 
 /// Events applied per transaction while following the log.
@@ -408,26 +407,13 @@ impl Projections {
     pub async fn follow_leased(
         &self,
         outdated: Vec<&'static str>,
-        lease: FollowLease,
+        lease: FollowerLease,
         mut stop: watch::Receiver<bool>,
     ) -> Result<(), ProjectionError> {
         self.rebuild_in_background(outdated);
-        let (held_tx, mut held) = watch::channel(false);
-        let keeper = tokio::spawn(lease.keep(self.store.clone(), held_tx, stop.clone()));
-        'follow: loop {
-            // Wait for the lease (or `stop`): the keeper says when it is taken.
-            while !*held.borrow_and_update() {
-                tokio::select! {
-                    changed = held.changed() => if changed.is_err() { break 'follow },
-                    changed = stop.changed() => if changed.is_err() || *stop.borrow() {
-                        break 'follow
-                    },
-                }
-            }
+        let (mut held, keeper) = lease.spawn(self.store.clone(), 0, stop.clone());
+        while until_held(&mut held, &mut stop).await {
             self.follow_while_held(&mut held, &mut stop).await;
-            if *stop.borrow() || stop.has_changed().is_err() {
-                break;
-            }
         }
         // The keeper gives the lease up once it sees `stop`.
         let _ = keeper.await;

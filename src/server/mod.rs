@@ -348,7 +348,7 @@ pub async fn start(
         let stop = stop_rx.clone();
         // Of the servers over one database, one follows at a time (see
         // `projections::lease`).
-        let lease = crate::projections::FollowLease::new(clock.clone());
+        let lease = crate::projections::lease::lease(clock.clone());
         tokio::spawn(async move {
             if let Err(e) = projections.follow_leased(outdated, lease, stop).await {
                 tracing::error!(error = %e, "the projections stopped");

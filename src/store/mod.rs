@@ -17,6 +17,7 @@ pub mod domain_io;
 mod error;
 mod feed;
 mod flow;
+mod follower_lease;
 pub mod health;
 mod keyring;
 mod location;
@@ -51,6 +52,7 @@ use crate::log::{AppendRequest, Appended, EventFilter, RecordedEvent, StreamRef,
 use backend::Backend;
 pub use error::StoreError;
 pub use flow::{SlotAnswer, SlotRequest};
+pub use follower_lease::{FollowerLease, until_held};
 pub use location::{DEFAULT_SQLITE_PATH, StoreLocation, redact};
 pub use partitions::{PartitionsArchived, RunPartition};
 pub(crate) use plan::reached_head;

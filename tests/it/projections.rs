@@ -16,11 +16,11 @@ use awl::domain::run::Run;
 use awl::domain::workspace::Capabilities;
 use awl::executor::{Worker, WorkerConfig};
 use awl::log::{EventFilter, StreamRef, StreamType};
-use awl::projections::{FollowLease, Projections};
+use awl::projections::Projections;
 use awl::runners::{Runners, RunnersConfig};
 use awl::runs::{GateDecision, Runs};
-use awl::store::EventStore;
 use awl::store::domain_io;
+use awl::store::{EventStore, FollowerLease};
 use chrono::Utc;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
@@ -929,7 +929,8 @@ async fn one_server_at_a_time_follows_into_the_projections(backend: Backend) {
     let projections = Projections::new(t.store.clone());
     projections.prepare().await.unwrap();
     let time = ManualClock::new(Utc::now());
-    let lease = |owner: &str| FollowLease {
+    let lease = |owner: &str| FollowerLease {
+        name: awl::projections::lease::FOLLOWER,
         owner: owner.to_string(),
         lease: Duration::from_secs(10),
         renew: Duration::from_millis(100),
