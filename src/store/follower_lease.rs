@@ -72,6 +72,7 @@ impl FollowerLease {
     ) {
         loop {
             let now_held = self.claim(&store, start).await;
+            crate::telemetry::follower_lease_held(self.name, now_held);
             if now_held != *held.borrow() {
                 if now_held {
                     tracing::info!(follower = self.name, owner = %self.owner, "took the lease: following");
@@ -89,6 +90,7 @@ impl FollowerLease {
             }
         }
         held.send_replace(false);
+        crate::telemetry::follower_lease_held(self.name, false);
         if let Err(e) = store.release_follower(self.name, &self.owner).await {
             tracing::warn!(follower = self.name, error = %e, "cannot give the lease up");
         }

@@ -28,6 +28,7 @@ pub const HTTP_DURATION: &str = "awl_http_request_duration_seconds";
 pub const DB_POOL: &str = "awl_db_pool_connections";
 pub const LOG_PAGES: &str = "awl_log_pages_total";
 pub const COMMAND_CONFLICTS: &str = "awl_command_conflicts_total";
+pub const FOLLOWER_LEASES: &str = "awl_follower_lease_held";
 
 /// Every metric above: what `/metrics` can show (a test holds the Grafana dashboard to
 /// it).
@@ -49,6 +50,7 @@ pub const ALL_METRICS: &[&str] = &[
     DB_POOL,
     LOG_PAGES,
     COMMAND_CONFLICTS,
+    FOLLOWER_LEASES,
 ];
 
 /// Bucket bounds of the duration histograms, in seconds (half a millisecond to ten
@@ -169,6 +171,12 @@ fn describe() {
          changed the stream since it was read (each then decided again), by stream type: \
          contention, such as servers reserving the same task."
     );
+    describe_gauge!(
+        FOLLOWER_LEASES,
+        "1 where this process holds a log follower's lease (of the servers over one \
+         database, the one following the log into the projections, or telling chat), \
+         else 0; by follower."
+    );
 }
 
 pub fn run_started(workflow: &str) {
@@ -214,6 +222,11 @@ pub fn lease_lost(at: LeaseLost) {
 /// writer's.
 pub fn command_conflict(stream: &'static str) {
     counter!(COMMAND_CONFLICTS, "stream" => stream).increment(1);
+}
+
+/// Whether this process holds follower `follower`'s lease (`projections`, `chat`).
+pub fn follower_lease_held(follower: &'static str, held: bool) {
+    gauge!(FOLLOWER_LEASES, "follower" => follower).set(if held { 1.0 } else { 0.0 });
 }
 
 /// Due, unheld wake-ups, and the age of the oldest.

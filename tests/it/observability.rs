@@ -288,6 +288,17 @@ async fn prometheus_scrapes_awl_serve(backend: Backend) {
     for r in finished {
         assert_eq!(r["value"][1], "1", "{r}");
     }
+    // The only server follows the log into the projections and tells it so.
+    let following = wait_for(60, "the projections' lease in Prometheus", async || {
+        let q = "awl_follower_lease_held{follower=\"projections\"}".to_string();
+        let answer = ask(q).await?;
+        let results = answer["data"]["result"].as_array()?.clone();
+        (results.len() == 2).then_some(results)
+    })
+    .await;
+    for r in following {
+        assert_eq!(r["value"][1], "1", "{r}");
+    }
     let _ = prom.kill().await;
     let _ = serve.kill().await;
 }
