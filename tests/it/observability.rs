@@ -275,30 +275,27 @@ async fn prometheus_scrapes_awl_serve(backend: Backend) {
         (jobs.len() == 2).then_some(())
     })
     .await;
+    // A query's value as both jobs (the API's /metrics and the metrics port) scraped
+    // it: each must be 1.
+    let both_one = async |what: &str, q: String| {
+        let results = wait_for(60, what, async || {
+            let answer = ask(q.clone()).await?;
+            let results = answer["data"]["result"].as_array()?.clone();
+            (results.len() == 2).then_some(results)
+        })
+        .await;
+        for r in results {
+            assert_eq!(r["value"][1], "1", "{what}: {r}");
+        }
+    };
     // The run counter, through Prometheus' query API.
-    let finished = wait_for(60, "the run counter in Prometheus", async || {
-        let q = format!(
-            "sum by (job) (awl_runs_finished_total{{workflow=\"{workflow}\",outcome=\"succeeded\"}})"
-        );
-        let answer = ask(q).await?;
-        let results = answer["data"]["result"].as_array()?.clone();
-        (results.len() == 2).then_some(results)
-    })
-    .await;
-    for r in finished {
-        assert_eq!(r["value"][1], "1", "{r}");
-    }
-    // The only server follows the log into the projections and tells it so.
-    let following = wait_for(60, "the projections' lease in Prometheus", async || {
-        let q = "awl_follower_lease_held{follower=\"projections\"}".to_string();
-        let answer = ask(q).await?;
-        let results = answer["data"]["result"].as_array()?.clone();
-        (results.len() == 2).then_some(results)
-    })
-    .await;
-    for r in following {
-        assert_eq!(r["value"][1], "1", "{r}");
-    }
+    let finished = format!(
+        "sum by (job) (awl_runs_finished_total{{workflow=\"{workflow}\",outcome=\"succeeded\"}})"
+    );
+    both_one("the run counter in Prometheus", finished).await;
+    // The only server follows the log into the projections, and says so.
+    let lease = "awl_follower_lease_held{follower=\"projections\"}".to_string();
+    both_one("the projections' lease in Prometheus", lease).await;
     let _ = prom.kill().await;
     let _ = serve.kill().await;
 }
