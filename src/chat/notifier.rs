@@ -14,8 +14,9 @@
 //! A server that starts with no checkpoint starts at the log's head: history is not
 //! told again, and events more than a day old when read (a checkpoint left from
 //! before chat was switched off) are passed over. Of many servers one delivers at a
-//! time: the holder of the notifier's
-//! lease (30 s, renewed every 5 s); another takes over when it lapses.
+//! time: the holder of the notifier's lease (`store::FollowerLease`: 30 s, renewed
+//! every 5 s by a task of its own, so a delivery waiting out a rate limit keeps it);
+//! another takes over at once when the holder stops, or when its lease lapses.
 
 use std::time::Duration;
 
