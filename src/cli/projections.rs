@@ -11,7 +11,8 @@ use crate::store::EventStore;
 
 #[derive(Debug, Subcommand)]
 pub enum ProjectionsCommand {
-    /// Each projection's version, checkpoint and lag behind the log's head.
+    /// Each projection's version, checkpoint and lag behind the log's head, and
+    /// which server keeps them up to date.
     Status {
         #[arg(long)]
         json: bool,
@@ -25,7 +26,7 @@ pub enum ProjectionsCommand {
 }
 
 pub async fn run(store: EventStore, command: ProjectionsCommand) -> anyhow::Result<()> {
-    let projections = Projections::new(store);
+    let projections = Projections::new(store.clone());
     projections.prepare().await?;
     match command {
         ProjectionsCommand::Status { json } => {
@@ -49,6 +50,7 @@ pub async fn run(store: EventStore, command: ProjectionsCommand) -> anyhow::Resu
                     s.name, version, s.generation, s.position, s.lag
                 );
             }
+            println!("{}", followed_by(&store).await?);
         }
         ProjectionsCommand::Rebuild { name: Some(name) } => {
             let started = std::time::Instant::now();
@@ -77,6 +79,22 @@ pub async fn run(store: EventStore, command: ProjectionsCommand) -> anyhow::Resu
 }
 
 /// `board    [#########...........]  45%  450000/1000000` on one line of stderr.
+/// Which server keeps the projections up to date: the holder of their lease.
+async fn followed_by(store: &EventStore) -> anyhow::Result<String> {
+    let lease = store
+        .follower_lease(crate::projections::lease::FOLLOWER)
+        .await?;
+    Ok(match lease {
+        Some((owner, until)) if until > chrono::Utc::now() => format!(
+            "followed by {owner} (a server; its lease runs to {})",
+            until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ),
+        _ => "followed by no server (no `awl serve` running: commands that read a view, \
+              such as `awl list`, catch it up first)"
+            .into(),
+    })
+}
+
 fn progress_bar(name: &str, at: i64, head: i64) {
     let fraction = if head > 0 {
         (at as f64 / head as f64).clamp(0.0, 1.0)

@@ -73,6 +73,25 @@ impl EventStore {
         Ok(held == 1)
     }
 
+    /// Who holds follower `name`'s lease, and until when (`None`: nobody has it, or
+    /// has had it since it was given up).
+    pub async fn follower_lease(
+        &self,
+        name: &str,
+    ) -> Result<Option<(String, DateTime<Utc>)>, StoreError> {
+        let rows = self
+            .query_rows(
+                "SELECT owner, lease_until FROM follower_checkpoints WHERE name = ?",
+                &[Param::from(name)],
+            )
+            .await?;
+        Ok(rows.first().and_then(|r| {
+            let owner = r.get("owner")?.as_str()?.to_string();
+            let until = DateTime::from_timestamp_micros(r.get("lease_until")?.as_i64()?)?;
+            Some((owner, until))
+        }))
+    }
+
     /// Give up follower `name`'s lease if `owner` holds it (a server stopping), so
     /// another takes over at once rather than when the lease would have lapsed.
     pub async fn release_follower(&self, name: &str, owner: &str) -> Result<(), StoreError> {

@@ -25,6 +25,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use crate::support::cli::Awl;
 use crate::support::server::{self, Api, sse_messages};
 use crate::support::{Backend, TestStore, on_both_stores, wait_for};
 
@@ -956,9 +957,9 @@ async fn one_server_at_a_time_follows_into_the_projections(backend: Backend) {
         board.send(task, &ops, None).await.unwrap();
     };
 
-    // A server that died holds the lease for ten more seconds.
+    // A server that died holds the lease for a minute more.
     let now = time.now();
-    let until = now + chrono::Duration::seconds(10);
+    let until = now + chrono::Duration::seconds(60);
     let taken = t.store.claim_follower("projections", "dead", now, until, 0);
     assert!(taken.await.unwrap());
     let (stop_a, a) = follow("a");
@@ -967,8 +968,11 @@ async fn one_server_at_a_time_follows_into_the_projections(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(board_rows(&t.store).await, 0, "followed without the lease");
     assert_eq!(lease_owner(&t.store).await.as_deref(), Some("dead"));
+    let awl = Awl::bounded(&t.location, 60);
+    let status = awl.ok(&["projections", "status"]).await;
+    assert!(status.contains("followed by dead (a server;"), "{status}");
 
-    time.advance(chrono::Duration::seconds(11));
+    time.advance(chrono::Duration::seconds(61));
     wait_for(10, "a to take the lapsed lease and follow", async || {
         (board_rows(&t.store).await == 1).then_some(())
     })
@@ -1001,4 +1005,6 @@ async fn one_server_at_a_time_follows_into_the_projections(backend: Backend) {
     stop_b.send(true).unwrap();
     b.await.unwrap().unwrap();
     assert_eq!(lease_owner(&t.store).await, None, "b gives the lease up");
+    let status = awl.ok(&["projections", "status"]).await;
+    assert!(status.contains("followed by no server"), "{status}");
 }
