@@ -1,12 +1,15 @@
-//! Optimistic concurrency under contention.
+//! Optimistic concurrency under contention, and a follower's lease among processes.
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
+use awl::clock::system_clock;
 use awl::log::{ExpectedVersion, NewEvent, StreamType};
-use awl::store::StoreError;
+use awl::store::{FollowerLease, StoreError};
+use chrono::Utc;
 use serde_json::json;
-use tokio::sync::Barrier;
+use tokio::sync::{Barrier, watch};
 
 use crate::support::{Backend, TestStore, append, stream, within};
 
@@ -160,4 +163,42 @@ pub async fn rate_tokens_reserved_at_once_are_spaced_by_the_rate(backend: Backen
     // Nothing to take: go now.
     let none = t.store.reserve_rate(&[], now).await.expect("no buckets");
     assert_eq!(none.go, now);
+}
+
+/// A follower's lease is kept by a task of its own: while the follower is busy for
+/// twice as long as the lease lasts, the keeper renews it and another process's claims
+/// fail; once stopped, it gives the lease up and the other's next claim takes it.
+pub async fn a_follower_lease_is_renewed_by_its_keeper_and_given_up(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let lease = FollowerLease {
+        name: "test-follower",
+        owner: "busy".into(),
+        lease: Duration::from_secs(2),
+        renew: Duration::from_millis(100),
+        clock: system_clock(),
+    };
+    let (stop, stop_rx) = watch::channel(false);
+    let (mut held, keeper) = lease.spawn(t.store.clone(), 7, stop_rx);
+    within(10, "the lease", held.wait_for(|h| *h))
+        .await
+        .unwrap();
+    let other = async || {
+        let now = Utc::now();
+        let until = now + chrono::Duration::seconds(2);
+        t.store
+            .claim_follower("test-follower", "other", now, until, 0)
+            .await
+            .unwrap()
+    };
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!other().await, "the lease lapsed while its keeper ran");
+        assert!(*held.borrow());
+    }
+    stop.send(true).unwrap();
+    within(10, "the keeper to stop", keeper).await.unwrap();
+    assert!(!*held.borrow(), "a stopped keeper says it holds nothing");
+    assert!(other().await, "the lease was given up");
+    let start = t.store.follower_checkpoint("test-follower").await.unwrap();
+    assert_eq!(start, Some(7), "the row made at the keeper's start");
 }
