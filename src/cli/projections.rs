@@ -78,7 +78,6 @@ pub async fn run(store: EventStore, command: ProjectionsCommand) -> anyhow::Resu
     Ok(())
 }
 
-/// `board    [#########...........]  45%  450000/1000000` on one line of stderr.
 /// Which server keeps the projections up to date: the holder of their lease.
 async fn followed_by(store: &EventStore) -> anyhow::Result<String> {
     let lease = store
@@ -95,6 +94,7 @@ async fn followed_by(store: &EventStore) -> anyhow::Result<String> {
     })
 }
 
+/// `board    [#########...........]  45%  450000/1000000` on one line of stderr.
 fn progress_bar(name: &str, at: i64, head: i64) {
     let fraction = if head > 0 {
         (at as f64 / head as f64).clamp(0.0, 1.0)

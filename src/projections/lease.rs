@@ -19,7 +19,7 @@ use crate::store::FollowerLease;
 pub const FOLLOWER: &str = "projections";
 
 /// How long a lease lasts without renewal. Short: after a crash the projections wait
-/// this long for a server to take them over.
+/// this long (and up to one [`RENEW`] more) for a server to take them over.
 pub const LEASE: Duration = Duration::from_secs(10);
 /// How often the holder renews the lease, and the others try to take it.
 pub const RENEW: Duration = Duration::from_secs(2);

@@ -77,7 +77,7 @@ impl FollowerLease {
                 if now_held {
                     tracing::info!(follower = self.name, owner = %self.owner, "took the lease: following");
                 } else {
-                    tracing::info!(follower = self.name, owner = %self.owner, "another process holds the lease");
+                    tracing::info!(follower = self.name, owner = %self.owner, "no longer holds the lease");
                 }
                 held.send_replace(now_held);
             }
