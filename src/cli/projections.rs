@@ -50,7 +50,10 @@ pub async fn run(store: EventStore, command: ProjectionsCommand) -> anyhow::Resu
                     s.name, version, s.generation, s.position, s.lag
                 );
             }
-            println!("{}", followed_by(&store).await?);
+            println!(
+                "{}",
+                crate::projections::lease::follower(&store, None, chrono::Utc::now()).await?
+            );
         }
         ProjectionsCommand::Rebuild { name: Some(name) } => {
             let started = std::time::Instant::now();
@@ -76,22 +79,6 @@ pub async fn run(store: EventStore, command: ProjectionsCommand) -> anyhow::Resu
         }
     }
     Ok(())
-}
-
-/// Which server keeps the projections up to date: the holder of their lease.
-async fn followed_by(store: &EventStore) -> anyhow::Result<String> {
-    let lease = store
-        .follower_lease(crate::projections::lease::FOLLOWER)
-        .await?;
-    Ok(match lease {
-        Some((owner, until)) if until > chrono::Utc::now() => format!(
-            "followed by {owner} (a server; its lease runs to {})",
-            until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        ),
-        _ => "followed by no server (no `awl serve` running: commands that read a view, \
-              such as `awl list`, catch it up first)"
-            .into(),
-    })
 }
 
 /// `board    [#########...........]  45%  450000/1000000` on one line of stderr.

@@ -100,6 +100,8 @@ pub struct Services {
     pub chat: Option<crate::chat::incoming::Incoming>,
     /// A streaming replica the views are read from (`None`: the store itself).
     pub read_store: Option<EventStore>,
+    /// This server's turn at following the log into the projections.
+    pub projections_lease: crate::store::FollowerLease,
 }
 
 impl Services {
@@ -319,10 +321,14 @@ pub async fn start(
             )
         }),
         read_store: config.read_store.clone(),
+        // Of the servers over one database, one follows at a time (see
+        // `projections::lease`).
+        projections_lease: crate::projections::lease::lease(clock.clone()),
     });
     let agents = state.agents.clone();
     let chat_incoming = state.chat.clone();
     let mcp_stop = CancellationToken::new();
+    let projections_lease = state.projections_lease.clone();
     let app = router(state, mode, &config, mcp_stop.clone());
     let (stop, stop_rx) = watch::channel(false);
 
@@ -346,9 +352,7 @@ pub async fn start(
     };
     let projector = {
         let stop = stop_rx.clone();
-        // Of the servers over one database, one follows at a time (see
-        // `projections::lease`).
-        let lease = crate::projections::lease::lease(clock.clone());
+        let lease = projections_lease;
         tokio::spawn(async move {
             if let Err(e) = projections.follow_leased(outdated, lease, stop).await {
                 tracing::error!(error = %e, "the projections stopped");

@@ -168,6 +168,7 @@ pub fn routes() -> Vec<RouteSpec> {
         route!(GET "/api/v1/views/{view}/stream", Read, "live", "A view's changes as Server-Sent Events, each sent once the view's projection applied it (board, runs, inbox, timeline, analytics, models, agents, audit, learned).", live::view_stream, req: None, res: None, 200,
             query: &[("after", "Start after this position (default: the head)")]),
         route!(GET "/api/v1/projections", Read, "views", "Each projection's version, checkpoint and lag.", views::projections, req: None, res: Some(s::<Vec<crate::projections::ProjectionStatus>>), 200),
+        route!(GET "/api/v1/projections/follower", Read, "views", "Which server follows the log into the projections (one at a time, through a lease), until when, and whether it is this one.", views::projections_follower, req: None, res: Some(s::<crate::projections::lease::Follower>), 200),
         // learning
         route!(GET "/api/v1/learn/status", Read, "learning", "How far mining got: tool calls observed, sessions, patterns, proposals by status, the thresholds.", learning::status, req: None, res: Some(s::<crate::learning::LearnStatus>), 200),
         route!(POST "/api/v1/learn/mine", Operate, "learning", "Propose now what mining found (the server also does it every few seconds); says what was proposed.", learning::mine, req: None, res: Some(s::<crate::learning::ProposeReport>), 200),

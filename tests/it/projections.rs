@@ -37,6 +37,7 @@ on_both_stores!(worker_threads = 4;
     a_new_projection_version_is_rebuilt_at_start,
     catching_up_past_full_pages_reads_ahead_and_misses_nothing,
     one_server_at_a_time_follows_into_the_projections,
+    each_server_says_which_server_follows,
 );
 
 mod postgres_only {
@@ -1005,6 +1006,49 @@ async fn one_server_at_a_time_follows_into_the_projections(backend: Backend) {
     stop_b.send(true).unwrap();
     b.await.unwrap().unwrap();
     assert_eq!(lease_owner(&t.store).await, None, "b gives the lease up");
+    let status = awl.ok(&["projections", "status"]).await;
+    assert!(status.contains("followed by no server"), "{status}");
+}
+
+/// `GET /api/v1/projections/follower`: two servers over one store agree on which of
+/// them follows, and each says whether it is that one; once it stops, the other
+/// takes over and says so.
+async fn each_server_says_which_server_follows(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let first = server::serve(&t.store).await;
+    let follower = async |api: &Api| api.get(None, "/api/v1/projections/follower").await;
+    let a = Api::of(&first);
+    let held = wait_for(10, "the first server to take the lease", async || {
+        let f = follower(&a).await;
+        (f["this_server"] == true).then_some(f)
+    })
+    .await;
+    let owner = held["owner"].as_str().expect("an owner").to_string();
+    let until: chrono::DateTime<Utc> = held["lease_until"].as_str().unwrap().parse().unwrap();
+    assert!(until > Utc::now(), "{held}");
+    assert_eq!(lease_owner(&t.store).await.as_deref(), Some(owner.as_str()));
+
+    let second = server::serve(&t.store).await;
+    let b = Api::of(&second);
+    // The second has tried the lease (it does at start) and lost it to the first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen = follower(&b).await;
+    assert_eq!(
+        (seen["owner"].as_str(), &seen["this_server"]),
+        (Some(owner.as_str()), &json!(false)),
+        "{seen}"
+    );
+
+    first.shutdown().await.unwrap();
+    // The first gave the lease up; the second takes it at its next try (2 s).
+    let taken = wait_for(10, "the second server to take the lease over", async || {
+        let f = follower(&b).await;
+        (f["this_server"] == true).then_some(f)
+    })
+    .await;
+    assert_ne!(taken["owner"].as_str(), Some(owner.as_str()), "{taken}");
+    second.shutdown().await.unwrap();
+    let awl = Awl::bounded(&t.location, 60);
     let status = awl.ok(&["projections", "status"]).await;
     assert!(status.contains("followed by no server"), "{status}");
 }

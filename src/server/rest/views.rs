@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use crate::page::{Cursor, Page};
+use crate::projections::lease::{self, Follower};
 use crate::projections::queries::{self, *};
 use crate::projections::{ProjectionStatus, Projections};
 use crate::server::AppState;
@@ -205,6 +206,14 @@ pub async fn solves(
 
 pub async fn agent_analytics(State(app): State<AppState>) -> Api<Json<Vec<AgentStats>>> {
     Ok(Json(queries::agent_stats(app.views()).await?))
+}
+
+/// Which server follows the log into the projections.
+pub async fn projections_follower(State(app): State<AppState>) -> Api<Json<Follower>> {
+    let now = (app.clock)();
+    Ok(Json(
+        lease::follower(app.board.store(), Some(&app.projections_lease), now).await?,
+    ))
 }
 
 /// Each projection's checkpoint and lag.
