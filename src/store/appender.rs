@@ -7,6 +7,12 @@
 //! each caller with its own result. A lone append is written at once: the batch is
 //! whatever queued while the previous commit ran, never a timed wait.
 //!
+//! Other processes' appenders queue for the same lock. Once this one sees another
+//! commit land between two of its own, it takes the lock first (Postgres) and forms
+//! the batch only when it holds it: what queued during the wait joins this commit
+//! instead of the next, so its batches grow with the contention (BENCHMARKS.md,
+//! "Batches formed under the lock").
+//!
 //! Requests in a batch are independent: a conflict refuses only its own request.
 
 use std::sync::Arc;
@@ -43,7 +49,15 @@ pub(crate) struct Committed {
 /// Run the appender until every sender is dropped.
 pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, to: Committed) {
     let mut batch: Vec<Job> = Vec::new();
+    let mut others = OtherAppenders::default();
     while let Some(first) = jobs.recv().await {
+        // With other appenders about, the lock is taken before the batch is formed:
+        // what queues here while it is waited for joins this batch.
+        let locked = if others.seen {
+            backend.lock_log().await
+        } else {
+            None
+        };
         let mut events = first.request.events.len();
         batch.push(first);
         while events < MAX_BATCH_EVENTS {
@@ -57,7 +71,14 @@ pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, to: Com
         }
         let requests: Vec<&AppendRequest> = batch.iter().map(|j| &j.request).collect();
         let started = std::time::Instant::now();
-        let outcome = backend.append_batch(&requests).await;
+        let outcome = match locked {
+            Some(Ok(log)) => log.append(&requests).await,
+            Some(Err(e)) => Err(e),
+            None => backend.append_batch(&requests).await,
+        };
+        if let Ok(recorded) = &outcome {
+            others.after(&recorded.results);
+        }
         crate::telemetry::appended(requests.len(), started.elapsed().as_secs_f64());
         match outcome {
             Ok(Recorded {
@@ -95,6 +116,33 @@ pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, to: Com
                     let _ = job.reply.send(Err(e.clone()));
                 }
             }
+        }
+    }
+}
+
+/// Whether another process (or a transaction of this one) appended between this
+/// appender's last two commits: then its commits queue behind theirs for the log's
+/// lock, and one that forms its batch only once it holds the lock gathers all that
+/// queued meanwhile. Alone, it appends in one round trip as soon as a request comes.
+#[derive(Debug, Default)]
+struct OtherAppenders {
+    /// The last position of this appender's last commit.
+    last: Option<i64>,
+    seen: bool,
+}
+
+impl OtherAppenders {
+    fn after(&mut self, results: &[Result<Appended, StoreError>]) {
+        let written = results.iter().filter_map(|r| r.as_ref().ok());
+        let (first, last) = written.fold((None, None), |(first, last), a| {
+            (
+                Some(first.map_or(a.first_position, |f: i64| f.min(a.first_position))),
+                Some(last.map_or(a.last_position, |l: i64| l.max(a.last_position))),
+            )
+        });
+        if let (Some(first), Some(last)) = (first, last) {
+            self.seen = self.last.is_some_and(|before| first != before + 1);
+            self.last = Some(last);
         }
     }
 }

@@ -39,6 +39,15 @@ impl Backend {
         }
     }
 
+    /// The log's write lock held by a transaction of its own, to form a batch
+    /// under it: Postgres only (`None`: append with [`Self::append_batch`]).
+    pub(crate) async fn lock_log(&self) -> Option<Result<super::postgres::LockedLog, StoreError>> {
+        match self {
+            Backend::Postgres(b) => Some(b.lock_log().await),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
     pub(crate) async fn head(&self) -> Result<i64, StoreError> {
         match self {
             Backend::Postgres(b) => b.head().await,

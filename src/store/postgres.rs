@@ -135,6 +135,18 @@ impl PgBackend {
         append_recorded(&mut conn, requests, Atomicity::PerRequest).await
     }
 
+    /// The log's write lock, taken in a transaction of its own before the batch it
+    /// will write is formed (see `appender`: with other processes appending, what
+    /// queues here while the lock is waited for joins the batch).
+    pub(crate) async fn lock_log(&self) -> Result<LockedLog, StoreError> {
+        let tx = self
+            .pool
+            .begin_with(sqlx::AssertSqlSafe(LOCK_LOG))
+            .await
+            .map_err(StoreError::db("taking the log's lock"))?;
+        Ok(LockedLog { tx })
+    }
+
     pub(crate) async fn head(&self) -> Result<i64, StoreError> {
         sqlx::query_scalar(
             "SELECT COALESCE((SELECT position FROM events ORDER BY position DESC LIMIT 1), 0)",
@@ -607,6 +619,31 @@ async fn append_recorded(
         results,
         recorded_at,
     })
+}
+
+/// Begins a transaction holding the log's write lock (the key `awl_append()` takes;
+/// advisory locks nest, so its own call then holds it twice until the commit).
+const LOCK_LOG: &str = "BEGIN; SELECT pg_advisory_xact_lock(7023201090551113505)";
+
+/// A transaction holding the log's write lock, for one batch.
+pub(crate) struct LockedLog {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+}
+
+impl LockedLog {
+    /// Append `requests` (each on its own: a conflict refuses only its request) and
+    /// commit, which gives the lock back. Dropped without this, it rolls back.
+    pub(crate) async fn append(
+        mut self,
+        requests: &[&AppendRequest],
+    ) -> Result<Recorded, StoreError> {
+        let recorded = append_recorded(&mut self.tx, requests, Atomicity::PerRequest).await?;
+        self.tx
+            .commit()
+            .await
+            .map_err(StoreError::db("committing an append"))?;
+        Ok(recorded)
+    }
 }
 
 /// The database answered something awl_append() never does.

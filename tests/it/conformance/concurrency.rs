@@ -109,6 +109,67 @@ pub async fn sixteen_tasks_race_on_one_stream(backend: Backend) {
     assert_eq!(t.store.head().await.unwrap(), total as i64);
 }
 
+/// Two stores over one database (two processes' appenders, each group-committing
+/// its own requests: once each sees the other's commits, it forms its batches under
+/// the log's lock) take turns on one stream: every version is taken once, no event
+/// is written twice or lost, positions stay dense, and each event is at the
+/// position its append answered.
+pub async fn two_processes_race_on_one_stream(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let other = awl::store::EventStore::open(&t.location, Default::default())
+        .await
+        .unwrap();
+    let s = stream(StreamType::Run, "two-processes");
+    let mut handles = Vec::new();
+    for w in 0..WRITERS {
+        let store = if w % 2 == 0 {
+            t.store.clone()
+        } else {
+            other.clone()
+        };
+        let s = s.clone();
+        handles.push(tokio::spawn(async move {
+            let (mut expected, mut at) = (0, Vec::new());
+            for seq in 0..EACH {
+                loop {
+                    let event = NewEvent::new("race.step", 1, json!({ "writer": w, "seq": seq }));
+                    let exact = ExpectedVersion::Exactly(expected);
+                    match store.append(append(&s, exact, vec![event])).await {
+                        Ok(appended) => {
+                            expected = appended.stream_version;
+                            at.push((appended.first_position, w, seq));
+                            break;
+                        }
+                        Err(StoreError::Conflict { actual, .. }) => expected = actual,
+                        Err(e) => panic!("writer {w}: {e}"),
+                    }
+                }
+            }
+            at
+        }));
+    }
+    let mut answered = Vec::new();
+    for h in handles {
+        answered.extend(within(120, "the writers", h).await.unwrap());
+    }
+    let total = WRITERS * EACH;
+    let read = t.store.read_stream(&s).await.unwrap();
+    assert_eq!(read.len(), total);
+    let versions: Vec<i64> = read.iter().map(|e| e.version).collect();
+    assert_eq!(versions, (1..=total as i64).collect::<Vec<_>>());
+    let positions: Vec<i64> = read.iter().map(|e| e.position).collect();
+    assert_eq!(positions, (1..=total as i64).collect::<Vec<_>>());
+    answered.sort();
+    for ((position, w, seq), e) in answered.iter().zip(&read) {
+        assert_eq!(e.position, *position);
+        assert_eq!(
+            (e.payload["writer"].as_u64(), e.payload["seq"].as_u64()),
+            (Some(*w as u64), Some(*seq as u64))
+        );
+    }
+    assert_eq!(answered.len(), total, "every append answered once");
+}
+
 /// 16 tasks reserve a rate-limit token of the same buckets at the same moment: each
 /// gets a time of its own, exactly the times the rate allows in some order (the
 /// bucket's row serialises them), and every bucket moved past the last of them.
