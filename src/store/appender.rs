@@ -177,3 +177,48 @@ fn as_recorded(
     }
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(first: i64, last: i64) -> Result<Appended, StoreError> {
+        Ok(Appended {
+            first_position: first,
+            last_position: last,
+            stream_version: last,
+        })
+    }
+
+    #[test]
+    fn another_commit_between_two_of_ours_is_seen_and_forgotten_once_gone() {
+        let mut others = OtherAppenders::default();
+        others.after(&[at(1, 2), at(3, 5)]);
+        assert!(!others.seen, "a first commit tells nothing");
+        others.after(&[at(6, 6)]);
+        assert!(!others.seen, "ours follows ours");
+        others.after(&[at(9, 10)]);
+        assert!(others.seen, "7 and 8 were another's");
+        others.after(&[at(11, 12)]);
+        assert!(!others.seen, "alone again");
+    }
+
+    #[test]
+    fn refused_requests_are_left_out_and_a_commit_of_none_changes_nothing() {
+        let mut others = OtherAppenders::default();
+        others.after(&[at(1, 1)]);
+        let refused = || {
+            Err(StoreError::Conflict {
+                stream: crate::log::StreamRef::new(crate::log::StreamType::Task, "t"),
+                expected: crate::log::ExpectedVersion::NoStream,
+                actual: 1,
+            })
+        };
+        others.after(&[refused(), at(2, 3)]);
+        assert!(!others.seen);
+        others.after(&[refused()]);
+        assert_eq!((others.seen, others.last), (false, Some(3)));
+        others.after(&[at(5, 5)]);
+        assert!(others.seen);
+    }
+}
