@@ -51,6 +51,9 @@ pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, to: Com
     let mut batch: Vec<Job> = Vec::new();
     let mut others = OtherAppenders::default();
     while let Some(first) = jobs.recv().await {
+        // Timed from here: an append's time includes its wait for the lock, whether
+        // awl_append() waits for it or it is taken before the batch is formed.
+        let started = std::time::Instant::now();
         // With other appenders about, the lock is taken before the batch is formed:
         // what queues here while it is waited for joins this batch.
         let locked = if others.seen {
@@ -70,7 +73,6 @@ pub(crate) async fn run(backend: Backend, mut jobs: mpsc::Receiver<Job>, to: Com
             }
         }
         let requests: Vec<&AppendRequest> = batch.iter().map(|j| &j.request).collect();
-        let started = std::time::Instant::now();
         let outcome = match locked {
             Some(Ok(log)) => log.append(&requests).await,
             Some(Err(e)) => Err(e),

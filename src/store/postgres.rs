@@ -622,7 +622,9 @@ async fn append_recorded(
 }
 
 /// Begins a transaction holding the log's write lock (the key `awl_append()` takes;
-/// advisory locks nest, so its own call then holds it twice until the commit).
+/// advisory locks nest, so its own call then holds it twice until the commit). Only
+/// the batching depends on the two keys being the same: `awl_append()` serialises
+/// appends whatever was taken before it.
 const LOCK_LOG: &str = "BEGIN; SELECT pg_advisory_xact_lock(7023201090551113505)";
 
 /// A transaction holding the log's write lock, for one batch.
