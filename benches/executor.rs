@@ -1,7 +1,11 @@
 //! The executor benchmark: steps per second for 1,000 runs of a ten-step workflow
 //! (no-op, `sleep 0`, `http` against a local server, `shell`) with one and two
 //! workers; time from starting a run to its first step starting; replay time of a
-//! run with 1,000 events. On Postgres and on SQLite.
+//! run with 1,000 events. On Postgres and on SQLite. Beside each rate, the CPU time
+//! per step of the workers' phase, read from /proc: this process's (the workers, and
+//! for `http` the local server too) and every Postgres server process's, and how
+//! busy the machine was; and, with `http`, the floor under an `http` step: the same
+//! exchange alone, without awl or Postgres.
 //! Prints Markdown for BENCHMARKS.md.
 //!
 //!     cargo bench --bench executor                       # both stores
@@ -44,10 +48,67 @@ async fn local_http_server() -> std::net::SocketAddr {
     addr
 }
 
+/// The floor under an `http` step: the same GET to the same server with nothing
+/// else, `in_flight` at a time for `time`. Requests per second, and this process's
+/// CPU time per request (client and server: both are in it) in microseconds.
+async fn exchange_alone(
+    server: std::net::SocketAddr,
+    in_flight: usize,
+    time: Duration,
+) -> (f64, f64) {
+    let client = reqwest::Client::new();
+    let url = format!("http://{server}/ok");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let loops: Vec<_> = (0..in_flight)
+        .map(|_| {
+            let (client, url, stop, done) =
+                (client.clone(), url.clone(), stop.clone(), done.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let body = client
+                        .get(&url)
+                        .send()
+                        .await
+                        .expect("send")
+                        .bytes()
+                        .await
+                        .expect("body");
+                    let _: serde_json::Value = serde_json::from_slice(&body).expect("json");
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // Connections opened first: the measurement is of requests on open connections,
+    // as the steps' are.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (before, from, started) = (
+        CpuSample::now(),
+        done.load(std::sync::atomic::Ordering::Relaxed),
+        Instant::now(),
+    );
+    tokio::time::sleep(time).await;
+    let (after, to, secs) = (
+        CpuSample::now(),
+        done.load(std::sync::atomic::Ordering::Relaxed),
+        started.elapsed().as_secs_f64(),
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for l in loops {
+        let _ = l.await;
+    }
+    let requests = (to - from) as f64;
+    let us = before
+        .zip(after)
+        .map_or(f64::NAN, |(b, a)| a.since(&b).this_us / requests);
+    (requests / secs, us)
+}
+
 #[path = "support/runs.rs"]
 mod runs_support;
 mod support;
-use runs_support::{all_finished, register, start_runs, throughput, worker, workflow_of};
+use runs_support::{CpuSample, all_finished, measured, register, start_runs, worker, workflow_of};
 use support::percentile;
 
 struct Config {
@@ -191,8 +252,10 @@ async fn main() {
             continue;
         }
         println!("\n### {kind}\n");
-        println!("| step | workers | runs | steps | seconds | steps/s |");
-        println!("|---|---:|---:|---:|---:|---:|");
+        println!(
+            "| step | workers | runs | steps | seconds | steps/s | CPU µs a step: this process | Postgres | machine busy |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         // `noop` is pure: a worker answers it at once and decides on, so a run's ten
         // steps are one commit. The others are performed off the decision path, each
         // recorded as started before it is performed and its outcome after: every
@@ -218,7 +281,7 @@ async fn main() {
                 continue;
             }
             for &workers in &cfg.workers {
-                let (rate, secs) = throughput(
+                let t = measured(
                     kind,
                     &cfg.admin_url,
                     cfg.runs,
@@ -227,12 +290,34 @@ async fn main() {
                     cfg.projections,
                 )
                 .await;
+                let steps = (cfg.runs * 10) as f64;
+                let cpu = t.cpu.map_or("- | - | -".to_string(), |c| {
+                    format!(
+                        "{:.0} | {} | {:.0} %",
+                        c.this_us / steps,
+                        if kind == "postgres" {
+                            format!("{:.0}", c.postgres_us / steps)
+                        } else {
+                            "-".into()
+                        },
+                        c.busy * 100.0
+                    )
+                });
                 println!(
-                    "| {label} | {workers} | {} | {} | {secs:.2} | {rate:.0} |",
+                    "| {label} | {workers} | {} | {} | {:.2} | {:.0} | {cpu} |",
                     cfg.runs,
-                    cfg.runs * 10
+                    cfg.runs * 10,
+                    t.secs,
+                    t.rate,
                 );
             }
+        }
+        if cfg.steps.is_empty() || cfg.steps.iter().any(|s| s == "http") {
+            let (rate, us) = exchange_alone(server, 512, Duration::from_secs(3)).await;
+            println!(
+                "\nThe `http` steps' exchange alone (reqwest to the local server, 512 in flight, \
+                 no awl, no Postgres): {rate:.0} requests/s, {us:.1} µs of this process's CPU each"
+            );
         }
         if cfg.throughput_only {
             continue;

@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 )]
 mod board_support;
 #[path = "support/runs.rs"]
+#[allow(dead_code, reason = "shared with the executor benchmark")]
 mod runs_support;
 mod support;
 
@@ -63,11 +64,10 @@ async fn measure(mode: &str, runs: usize) {
         if std::env::var("AWL_BENCH_SKIP_THROUGHPUT").is_ok() {
             (f64::NAN, f64::NAN)
         } else {
-            let cpu_before = process_cpu_ms();
-            let (steps_per_second, _) =
-                runs_support::throughput("postgres", &admin, runs, 2, STEP, false).await;
-            let cpu = (process_cpu_ms() - cpu_before) / (runs as f64 * 10.0) * 1000.0;
-            (steps_per_second, cpu)
+            let t = runs_support::measured("postgres", &admin, runs, 2, STEP, false).await;
+            // µs a step = ms per 1,000 steps.
+            let cpu = t.cpu.map_or(f64::NAN, |c| c.this_us / (runs as f64 * 10.0));
+            (t.rate, cpu)
         };
     let (p50, p99) = if std::env::var("AWL_BENCH_SKIP_DISPATCH").is_ok() {
         (f64::NAN, f64::NAN)
@@ -82,22 +82,6 @@ async fn measure(mode: &str, runs: usize) {
         "{}",
         json!({"mode": mode, "steps_per_second": steps_per_second, "cpu_ms_per_1000_steps": cpu_per_1000_steps, "dispatch_p50_ms": p50, "dispatch_p99_ms": p99})
     );
-}
-
-/// CPU time this process has used (user and system), in milliseconds, from
-/// `/proc/self/stat` (Linux; clock ticks of 10 ms). Unlike wall time it does not move
-/// with what the rest of the machine is doing.
-fn process_cpu_ms() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    // The fields after the command name (which is in parentheses and may hold spaces).
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks: f64 =
-        fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
-    ticks * 10.0
 }
 
 /// The OTLP receiver: counts the export requests and bytes it gets.

@@ -1,7 +1,8 @@
 //! The executor benchmark's moving parts, shared with the telemetry benchmark: fresh
 //! stores, workflows of ten steps, starting many runs, workers, and the steps-per-
-//! second measurement.
+//! second measurement, with the CPU time it took (this process and Postgres).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -88,19 +89,31 @@ pub async fn all_finished(store: &EventStore, ids: &[RunId]) -> bool {
 /// `workers` workers, each with its own pool as separate processes would have. With
 /// `projections`, the first worker's process also keeps the projections live, as an
 /// `awl serve` with an in-process worker does.
-pub async fn throughput(
+/// Steps per second, the seconds they took, and the CPU time spent meanwhile.
+pub struct Throughput {
+    pub rate: f64,
+    pub secs: f64,
+    /// `None` where /proc cannot be read (not Linux).
+    pub cpu: Option<CpuUse>,
+}
+
+/// Steps per second of `workers` workers carrying out `runs` ten-step runs of `body`
+/// (the projections following the log beside them if `projections`), from the
+/// workers' start to the last run finished, with the CPU time spent meanwhile.
+pub async fn measured(
     kind: &str,
     admin_url: &str,
     runs: usize,
     workers: usize,
     body: &str,
     projections: bool,
-) -> (f64, f64) {
+) -> Throughput {
     let fresh = fresh(kind, admin_url).await;
     let dir = tempfile::tempdir().expect("dir");
     let registered = register(&fresh.store, &workflow_of(dir.path(), "ten", 10, body)).await;
     let ids = start_runs(&fresh.store, &registered, runs).await;
     let (stop_tx, stop_rx) = watch::channel(false);
+    let cpu_before = CpuSample::now();
     let started = Instant::now();
     let mut handles = Vec::new();
     let mut following = Vec::new();
@@ -128,6 +141,7 @@ pub async fn throughput(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = cpu_before.zip(CpuSample::now()).map(|(a, b)| b.since(&a));
     let _ = stop_tx.send(true);
     for h in handles {
         h.await.expect("join").expect("worker");
@@ -153,5 +167,102 @@ pub async fn throughput(
         .count();
     assert_eq!(succeeded, ids.len(), "every run succeeded");
     let steps = (ids.len() * 10) as f64;
-    (steps / elapsed, elapsed)
+    Throughput {
+        rate: steps / elapsed,
+        secs: elapsed,
+        cpu,
+    }
+}
+
+/// CPU time read from /proc: this process's, each Postgres server process's, and the
+/// machine's (busy and in all), in microseconds.
+pub struct CpuSample {
+    this: f64,
+    postgres: HashMap<u32, f64>,
+    busy: f64,
+    all: f64,
+}
+
+/// The CPU time between two samples: this process's and Postgres's (every server
+/// process, including those started in between), and the share of the machine's
+/// time that was busy.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuUse {
+    pub this_us: f64,
+    pub postgres_us: f64,
+    pub busy: f64,
+}
+
+impl CpuSample {
+    pub fn now() -> Option<Self> {
+        let tick = 1e6 / clock_ticks();
+        let this = process_ticks("/proc/self/stat")? * tick;
+        let mut postgres = HashMap::new();
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            if comm.trim_end() == "postgres"
+                && let Some(t) = process_ticks(&format!("/proc/{pid}/stat"))
+            {
+                postgres.insert(pid, t * tick);
+            }
+        }
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpu: Vec<f64> = stat
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal (guest time is in user)
+        let all: f64 = cpu.iter().take(8).sum::<f64>() * tick;
+        let idle = (cpu.get(3)? + cpu.get(4).unwrap_or(&0.0)) * tick;
+        Some(Self {
+            this,
+            postgres,
+            busy: all - idle,
+            all,
+        })
+    }
+
+    pub fn since(&self, earlier: &CpuSample) -> CpuUse {
+        let postgres_us = self
+            .postgres
+            .iter()
+            .map(|(pid, t)| t - earlier.postgres.get(pid).copied().unwrap_or(0.0))
+            .filter(|d| *d > 0.0)
+            .sum();
+        CpuUse {
+            this_us: self.this - earlier.this,
+            postgres_us,
+            busy: (self.busy - earlier.busy) / (self.all - earlier.all).max(1.0),
+        }
+    }
+}
+
+/// utime + stime of a /proc/PID/stat, in clock ticks.
+fn process_ticks(path: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // The fields after the command name (which is in parentheses and may hold spaces).
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 after the name.
+    Some(fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?)
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
 }
