@@ -7,7 +7,9 @@
 //! them out; steps per second from spawning the processes to the last run finished.
 //! *Servers*: 1, 2 and 4 `awl serve --no-worker` processes (auth on); 20 agents, each
 //! calling one server (in turn), wait, ack and complete while 4 senders (each on
-//! one server) send 4,000 tasks; full lifecycles per second. A task sent to one
+//! one server) send 4,000 tasks (`--agents`, `--senders`, `--tasks`: four senders
+//! that each wait for an answer leave one server part of the machine idle); full
+//! lifecycles per second. A task sent to one
 //! server reaches an agent waiting on another through the log (each server's board
 //! follows it); with, per lifecycle, the task conflicts the servers counted (appends
 //! that lost to another server's, each decided again) and the log pages their
@@ -30,6 +32,7 @@
 //!     cargo bench --bench scale
 //!     cargo bench --bench scale -- --parts workers,servers --processes 1,2,4 --db-pool 8
 //!     cargo bench --bench scale -- --parts workers,servers --via-port 6432   # PgBouncer
+//!     cargo bench --bench scale -- --parts servers --senders 32 --agents 80 --tasks 8000
 //!     cargo bench --bench scale -- --parts replica --runs 5000 --readers 4
 
 use std::process::Stdio;
@@ -76,6 +79,11 @@ struct Config {
     /// Processes connect through this port of 127.0.0.1 (a PgBouncer in front of the
     /// database) instead of the database's own URL.
     via_port: Option<u16>,
+    /// The servers part's load: tasks sent, senders (each waits for its send's
+    /// answer before the next) and agents.
+    tasks: usize,
+    senders: usize,
+    agents: usize,
 }
 
 impl Config {
@@ -93,6 +101,9 @@ fn config() -> Config {
         processes: vec![1, 2, 4],
         db_pool: 8,
         via_port: None,
+        tasks: 4_000,
+        senders: 4,
+        agents: 20,
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -116,6 +127,14 @@ fn config() -> Config {
                     .unwrap_or_default();
             }
             "--via-port" => c.via_port = args.next().and_then(|s| s.parse().ok()),
+            "--tasks" => c.tasks = args.next().and_then(|s| s.parse().ok()).unwrap_or(c.tasks),
+            "--senders" => {
+                c.senders = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(c.senders)
+            }
+            "--agents" => c.agents = args.next().and_then(|s| s.parse().ok()).unwrap_or(c.agents),
             "--db-pool" => {
                 c.db_pool = args
                     .next()
@@ -338,10 +357,6 @@ async fn workers(n: usize, c: &Config) -> f64 {
     (c.runs * 10) as f64 / started.elapsed().as_secs_f64()
 }
 
-const TASKS: usize = 4_000;
-const AGENTS: usize = 20;
-const SENDERS: usize = 4;
-
 /// What `n` server processes did: full lifecycles per second, how many task commands
 /// met another writer's append (their `awl_command_conflicts_total`, summed; `None`
 /// when no server counted any, as builds before the counter), and how many pages of
@@ -381,7 +396,7 @@ fn add(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 /// Full board lifecycles per second over `n` server processes.
 async fn servers(n: usize, c: &Config) -> Served {
     let fresh = runs_support::fresh("postgres", &support::admin_url()).await;
-    let (operator, agents) = board_support::tokens(&fresh.store, AGENTS).await;
+    let (operator, agents) = board_support::tokens(&fresh.store, c.agents).await;
     let ports: Vec<u16> = (0..n).map(|_| cluster::free_port()).collect();
     let args: Vec<Vec<String>> = ports
         .iter()
@@ -459,12 +474,12 @@ async fn servers(n: usize, c: &Config) -> Served {
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let senders = (0..SENDERS).map(|s| client(s, &operator)).collect();
-    send_tasks(senders, TASKS).await;
-    while completed.load(Ordering::Relaxed) < TASKS {
+    let senders = (0..c.senders).map(|s| client(s, &operator)).collect();
+    send_tasks(senders, c.tasks).await;
+    while completed.load(Ordering::Relaxed) < c.tasks {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let rate = TASKS as f64 / started.elapsed().as_secs_f64();
+    let rate = c.tasks as f64 / started.elapsed().as_secs_f64();
     done.store(true, Ordering::Relaxed);
     for w in workers {
         let _ = w.await;
@@ -504,16 +519,16 @@ async fn main() {
     }
     if c.wants("servers") {
         println!(
-            "\n### `awl serve --no-worker` processes: {TASKS} board lifecycles, {AGENTS} agents, \
-             {SENDERS} senders, --db-pool {}, {via}\n",
-            c.db_pool
+            "\n### `awl serve --no-worker` processes: {} board lifecycles, {} agents, \
+             {} senders, --db-pool {}, {via}\n",
+            c.tasks, c.agents, c.senders, c.db_pool
         );
         println!(
             "| server processes | full lifecycles / s | task conflicts per lifecycle | log pages read from the database per lifecycle |"
         );
         println!("|---:|---:|---:|---:|");
         let per_lifecycle =
-            |k: Option<f64>| k.map_or("-".to_string(), |k| format!("{:.2}", k / TASKS as f64));
+            |k: Option<f64>| k.map_or("-".to_string(), |k| format!("{:.2}", k / c.tasks as f64));
         for &n in &c.processes {
             let served = servers(n, &c).await;
             println!(
