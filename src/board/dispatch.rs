@@ -7,7 +7,8 @@
 //! wakes the best waiter with the task id, marked as *being reserved* in this process
 //! ([`Reservation`]), and the waiter appends the reservation with the stream version it
 //! decided on. Across processes the version decides: the loser's append conflicts and
-//! its agent looks again.
+//! its agent looks again; while that happens, this process's waiters pick at random
+//! among the best few queued tasks instead of all reaching for the oldest.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration as StdDuration;
@@ -30,6 +31,33 @@ use super::{Board, BoardError, Caller, NewTask, task_stream, view};
 
 /// Names a task sent with an idempotency key (UUID v5 of the sender and the key).
 const IDEMPOTENCY_NAMESPACE: Uuid = Uuid::from_u128(0x6a0c_5f2e_9d1b_4c7a_8e3f_2b6d_1a4c_9e70);
+
+/// How many tasks, as good as the best but for their age, a waiter picks among while
+/// this process's reservations lose to other processes' (see [`spread_pick`]).
+const SPREAD_AMONG: usize = 8;
+
+/// How long after a lost reservation waiters keep spreading their picks.
+const CONTENDED_FOR: Duration = Duration::seconds(10);
+
+/// A waiter's pick among `n` candidates while other processes take from the same
+/// queue: at random. Every process's view of the queue is alike, so waiters of
+/// different servers reaching for a task at the same moment would all reach for the
+/// oldest, and all but one reservation would conflict (an append, a read of the
+/// stream and a decision wasted each: about two a task with four busy servers).
+/// When the backlog holds several tasks of the best priority they mostly miss each
+/// other (with a backlog of one there is nothing to spread: BENCHMARKS.md, "Servers
+/// at saturation"); the price is that tasks of one priority start only roughly in
+/// age order, as across servers they already did. A process whose commands never
+/// find a task moved on by another writer (one server alone) never spreads.
+fn spread_pick(n: usize) -> usize {
+    use std::hash::BuildHasher;
+    if n < 2 {
+        return 0;
+    }
+    // A fresh `RandomState` is keyed anew each time: a random number without a
+    // generator.
+    (std::collections::hash_map::RandomState::new().hash_one(n) % n as u64) as usize
+}
 
 /// An agent waiting for a task.
 pub(super) struct Waiter {
@@ -232,13 +260,20 @@ impl Board {
                 };
                 let now = self.now();
                 let state = &*st;
-                let best = state
-                    .view
-                    .queue()
-                    .best_for(&profile, now, self.inner.config.hint_grace, |t| {
-                        state.reserving.contains(t)
-                    })
-                    .map(|t| t.task_id);
+                let queue = state.view.queue();
+                let grace = self.inner.config.hint_grace;
+                let skip = |t: &TaskId| state.reserving.contains(t);
+                let contended = state
+                    .contended_at
+                    .is_some_and(|at| now - at < CONTENDED_FOR);
+                let best = if contended {
+                    let few = queue.best_few_for(&profile, now, grace, skip, SPREAD_AMONG);
+                    few.get(spread_pick(few.len())).map(|t| t.task_id)
+                } else {
+                    queue
+                        .best_for(&profile, now, grace, skip)
+                        .map(|t| t.task_id)
+                };
                 if let Some(task) = best {
                     st.reserving.insert(task);
                     let mark = Reservation {
@@ -421,4 +456,21 @@ fn reservation(
         at: now,
     })?;
     Ok(assign.into_iter().chain(deliver).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_spread_over_the_candidates() {
+        assert_eq!(spread_pick(0), 0);
+        assert_eq!(spread_pick(1), 0);
+        let mut seen = [0u32; SPREAD_AMONG];
+        for _ in 0..400 {
+            seen[spread_pick(SPREAD_AMONG)] += 1;
+        }
+        // Uniform would be 50 each: every one picked, none most of the time.
+        assert!(seen.iter().all(|&n| n > 0 && n < 200), "{seen:?}");
+    }
 }

@@ -362,7 +362,7 @@ impl Board {
             let st = self.state();
             st.view.task(&id).map(|e| (e.state.clone(), e.version))
         };
-        let known = cached.is_some();
+        let known_version = cached.as_ref().map(|(_, version)| *version);
         let now = self.now();
         let done = Command::new(&self.inner.store, &stream, Metadata::actor(by.actor()))
             .cached(cached)
@@ -370,8 +370,11 @@ impl Board {
             // stream as read, even when the decision on it is then refused: a waiter
             // whose reservation lost must not pick the same task again from the view.
             .on_load(move |task: &Task, version| {
-                if known && task.id().is_some() {
-                    self.refresh(id, task.clone(), version);
+                if let Some(known) = known_version
+                    && task.id().is_some()
+                {
+                    // Moved on since the view saw it: another writer got there first.
+                    self.refresh(id, task.clone(), version, version > known);
                 }
             })
             .wakes(now, |task: &Task| {

@@ -155,6 +155,10 @@ struct State {
     view: BoardView,
     waiters: Vec<dispatch::Waiter>,
     reserving: HashSet<TaskId>,
+    /// When a reservation of this process last lost to another process's append
+    /// (its command found the view stale): while that is recent, waiters spread
+    /// their picks (see `dispatch`).
+    contended_at: Option<DateTime<Utc>>,
     next_waiter: u64,
     /// When each agent last called this process (heartbeats are not events).
     last_seen: HashMap<AgentId, DateTime<Utc>>,
@@ -370,9 +374,16 @@ impl Board {
 
     /// Record a task's state as read from the log in the view, if it is newer than the
     /// view's, and offer it if it is queued.
-    fn refresh(&self, id: TaskId, task: Task, version: i64) {
+    fn refresh(&self, id: TaskId, task: Task, version: i64, contended: bool) {
         let queued = task.status() == Some(TaskStatus::Queued);
-        let newer = self.state().view.put_task(id, task, version);
+        let now = self.now();
+        let newer = {
+            let mut st = self.state();
+            if contended {
+                st.contended_at = Some(now);
+            }
+            st.view.put_task(id, task, version)
+        };
         if newer && queued {
             self.offer(id);
         }

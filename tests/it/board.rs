@@ -1,5 +1,6 @@
 //! The agent board through the real HTTP server (`awl::server::start` on a free port)
 //! on both stores: the whole lifecycle over REST, dispatch of 500 tasks to 20 agents,
+//! and of a backlog to agents of two servers (processes) taking from it at once,
 //! requeues on an injected clock, illegal transitions, every route against every
 //! role, bad bodies, and a workflow's agent step done by an agent over HTTP.
 
@@ -30,6 +31,7 @@ on_both_stores!(worker_threads = 4;
     the_whole_lifecycle_over_rest,
     a_waiting_agent_gets_a_task_the_moment_it_is_sent,
     twenty_agents_and_500_tasks_each_task_assigned_once_to_a_capable_agent,
+    two_servers_busy_agents_and_a_backlog_each_task_assigned_once,
     unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock,
     illegal_transitions_are_409_and_append_nothing,
     every_route_against_every_role,
@@ -495,6 +497,100 @@ async fn twenty_agents_and_500_tasks_each_task_assigned_once_to_a_capable_agent(
     assert_eq!(seen.len(), 500);
     assert_eq!(seen.iter().collect::<BTreeSet<_>>().len(), 500);
     server.shutdown().await.unwrap();
+}
+
+/// Two servers, each with a store of its own (as two processes), ten agents on each,
+/// and tasks sent faster than the agents take them: the agents of both reach into the
+/// same backlog at once, their reservations race (those that lose make their server
+/// spread its waiters' picks), and still every task is assigned once and completed.
+async fn two_servers_busy_agents_and_a_backlog_each_task_assigned_once(backend: Backend) {
+    const TASKS: usize = 300;
+    let t = TestStore::new(backend).await;
+    let names: Vec<String> = (0..20).map(|i| format!("agent-{i:02}")).collect();
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let tk = tokens(&t.store, &name_refs).await;
+    let other = EventStore::open(
+        &t.location,
+        awl::store::StoreOptions {
+            migrate: false,
+            ..awl::store::StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let first = serve_with(&t.store, config(), system_clock()).await;
+    let second = serve_with(&other, config(), system_clock()).await;
+    let apis = [Arc::new(Api::of(&first)), Arc::new(Api::of(&second))];
+    for (i, name) in names.iter().enumerate() {
+        apis[i % 2]
+            .ok(
+                &tk.agents[name],
+                Method::POST,
+                "/api/v1/agents",
+                json!({"capabilities": ["rust"]}),
+            )
+            .await;
+    }
+    let done = Arc::new(Mutex::new(0usize));
+    let mut workers = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let api = apis[i % 2].clone();
+        let (token, name, done) = (tk.agents[name].clone(), name.clone(), done.clone());
+        workers.push(tokio::spawn(async move {
+            while *done.lock().unwrap() < TASKS {
+                let got = api
+                    .ok(
+                        &token,
+                        Method::POST,
+                        &format!("/api/v1/agents/{name}/wait"),
+                        json!({"timeout_seconds": 0.2}),
+                    )
+                    .await;
+                let Some(id) = got["task"]["task_id"].as_str() else {
+                    continue;
+                };
+                let ack = format!("/api/v1/tasks/{id}/ack");
+                api.ok(&token, Method::POST, &ack, json!({})).await;
+                let complete = format!("/api/v1/tasks/{id}/complete");
+                api.ok(&token, Method::POST, &complete, json!({"result": {}}))
+                    .await;
+                *done.lock().unwrap() += 1;
+            }
+        }));
+    }
+    // Eight senders, half on each server, none waiting for the agents.
+    let senders: Vec<_> = (0..8)
+        .map(|s| {
+            let (api, operator) = (apis[s % 2].clone(), tk.operator.clone());
+            tokio::spawn(async move {
+                for i in 0..TASKS / 8 + usize::from(s < TASKS % 8) {
+                    let body = json!({"prompt": format!("{s}-{i}"), "capabilities": ["rust"]});
+                    api.ok(&operator, Method::POST, "/api/v1/tasks", body).await;
+                }
+            })
+        })
+        .collect();
+    for s in senders {
+        s.await.unwrap();
+    }
+    for w in workers {
+        within(120, "the agents to finish the tasks", w)
+            .await
+            .unwrap();
+    }
+    let mut assigned: HashMap<String, usize> = HashMap::new();
+    for e in task_events(&t.store, "task.assigned").await {
+        *assigned.entry(e.stream.id.clone()).or_default() += 1;
+    }
+    assert_eq!(assigned.len(), TASKS, "every task was assigned");
+    assert!(
+        assigned.values().all(|&n| n == 1),
+        "a task assigned twice: {:?}",
+        assigned.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
+    );
+    assert_eq!(task_events(&t.store, "task.completed").await.len(), TASKS);
+    first.shutdown().await.unwrap();
+    second.shutdown().await.unwrap();
 }
 
 // ---------------------------------------------------------------- 4. requeues on a clock

@@ -167,6 +167,54 @@ impl Queue {
         .find_map(|tier| self.tasks_of(tier).find(takes))
     }
 
+    /// [`Self::best_for`] and up to `few - 1` more tasks as good but for their age: of
+    /// the same tier and priority, next in age. A task hinted at this agent comes
+    /// alone (it is meant for this agent, no other will pick it).
+    pub fn best_few_for(
+        &self,
+        agent: &AgentProfile,
+        now: DateTime<Utc>,
+        hint_grace: Duration,
+        skip: impl Fn(&TaskId) -> bool,
+        few: usize,
+    ) -> Vec<&QueuedTask> {
+        let takes = |t: &&QueuedTask| !skip(&t.task_id) && may_take(t, agent, now, hint_grace);
+        if let Some(hinted) = self.by_hint.get(&agent.agent_id) {
+            let candidates = self.tasks_of(hinted).filter(|t| !skip(&t.task_id));
+            if let Some(best) = best_task_for(agent, candidates, now, hint_grace) {
+                return vec![best];
+            }
+        }
+        let ws = agent.workspace.as_ref();
+        let same_branch = ws.and_then(|w| {
+            let branch = w.branch.as_ref()?;
+            self.by_branch.get(&(w.repository.clone(), branch.clone()))
+        });
+        let same_repository = ws.and_then(|w| self.by_repository.get(&w.repository));
+        for tier in [
+            same_branch,
+            same_repository,
+            Some(&self.anywhere),
+            Some(&self.all),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let mut takeable = self.tasks_of(tier).filter(takes);
+            let Some(best) = takeable.next() else {
+                continue;
+            };
+            let mut found = vec![best];
+            found.extend(
+                takeable
+                    .take_while(|t| t.priority == best.priority)
+                    .take(few.saturating_sub(1)),
+            );
+            return found;
+        }
+        Vec::new()
+    }
+
     fn tasks_of<'a>(&'a self, tier: &'a BTreeSet<Rank>) -> impl Iterator<Item = &'a QueuedTask> {
         tier.iter()
             .filter_map(|(_, _, id)| self.tasks.get(&TaskId::from_uuid(*id)))

@@ -100,6 +100,23 @@ fn agrees(g: &mut Gen, queue: &Queue, reference: &BTreeMap<TaskId, QueuedTask>) 
             scanned.map(|t| t.task_id),
             "agent {agent:?} at {now} skipping {skipped:?} over {reference:#?}"
         );
+        let few = queue.best_few_for(&agent, now, GRACE, skip, 4);
+        assert_eq!(few.first().map(|t| t.task_id), indexed.map(|t| t.task_id));
+        assert!(few.len() <= 4);
+        for t in &few {
+            assert!(!skip(&t.task_id) && may_take(t, &agent, now, GRACE));
+            assert_eq!(t.priority, few[0].priority, "never a lower priority");
+        }
+        assert!(
+            few.windows(2).all(|w| rank(w[0]) < rank(w[1])),
+            "in rank order, each once: {few:#?}"
+        );
+        if few[..]
+            .first()
+            .is_some_and(|t| t.agent_hint.as_ref() == Some(&agent.agent_id))
+        {
+            assert_eq!(few.len(), 1, "a task hinted at the agent comes alone");
+        }
     }
 }
 
@@ -179,4 +196,40 @@ fn the_best_task_is_found_without_looking_at_the_whole_queue() {
     // The oldest of the highest priority.
     assert_eq!(best.map(|t| t.task_id.as_uuid().as_u128()), Some(3));
     assert_eq!(looked.get(), 1, "tasks looked at");
+}
+
+#[test]
+fn a_few_as_good_are_the_next_oldest_of_the_best_priority() {
+    let agent = AgentProfile {
+        agent_id: AgentId::try_from("a1").unwrap(),
+        capabilities: Capabilities::new(["rust"]),
+        workspace: None,
+        builtin: false,
+    };
+    let mut queue = Queue::default();
+    for n in 0..10u128 {
+        queue.insert(QueuedTask {
+            task_id: TaskId::from_uuid(Uuid::from_u128(n + 1)),
+            required: Capabilities::new(["rust"]),
+            workspace: None,
+            agent_hint: None,
+            // Tasks 3 and 7 outrank the rest.
+            priority: i32::from(n == 2 || n == 6),
+            queued_at: t0() + Duration::milliseconds(n as i64),
+            runner: Runner::Any,
+        });
+    }
+    let ids = |few: Vec<&QueuedTask>| -> Vec<u128> {
+        few.iter().map(|t| t.task_id.as_uuid().as_u128()).collect()
+    };
+    assert_eq!(
+        ids(queue.best_few_for(&agent, t0(), GRACE, |_| false, 4)),
+        [3, 7]
+    );
+    let taken = |id: &TaskId| [3, 7].contains(&id.as_uuid().as_u128());
+    assert_eq!(
+        ids(queue.best_few_for(&agent, t0(), GRACE, taken, 4)),
+        [1, 2, 4, 5]
+    );
+    assert_eq!(ids(queue.best_few_for(&agent, t0(), GRACE, taken, 1)), [1]);
 }
