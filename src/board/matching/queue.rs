@@ -138,33 +138,10 @@ impl Queue {
         skip: impl Fn(&TaskId) -> bool,
     ) -> Option<&QueuedTask> {
         let takes = |t: &&QueuedTask| !skip(&t.task_id) && may_take(t, agent, now, hint_grace);
-        // Hinted at this agent: the first tier, and few, so ranked in full.
-        if let Some(hinted) = self.by_hint.get(&agent.agent_id) {
-            let candidates = self.tasks_of(hinted).filter(|t| !skip(&t.task_id));
-            if let Some(best) = best_task_for(agent, candidates, now, hint_grace) {
-                return Some(best);
-            }
-        }
-        // From here on, every task hinted at this agent has been found untakeable, so
-        // the tiers need not leave them out. Within a tier, the first takeable task is
-        // its best.
-        let ws = agent.workspace.as_ref();
-        let same_branch = ws.and_then(|w| {
-            let branch = w.branch.as_ref()?;
-            self.by_branch.get(&(w.repository.clone(), branch.clone()))
-        });
-        let same_repository = ws.and_then(|w| self.by_repository.get(&w.repository));
-        // A tier already passed has nothing takeable left in it, so each later one
-        // (a superset, for the repository and `all`) yields only its own tier's tasks.
-        [
-            same_branch,
-            same_repository,
-            Some(&self.anywhere),
-            Some(&self.all),
-        ]
-        .into_iter()
-        .flatten()
-        .find_map(|tier| self.tasks_of(tier).find(takes))
+        self.best_hinted(agent, now, hint_grace, &skip).or_else(|| {
+            self.tiers(agent)
+                .find_map(|tier| self.tasks_of(tier).find(takes))
+        })
     }
 
     /// [`Self::best_for`] and up to `few - 1` more tasks as good but for their age: of
@@ -178,28 +155,11 @@ impl Queue {
         skip: impl Fn(&TaskId) -> bool,
         few: usize,
     ) -> Vec<&QueuedTask> {
-        let takes = |t: &&QueuedTask| !skip(&t.task_id) && may_take(t, agent, now, hint_grace);
-        if let Some(hinted) = self.by_hint.get(&agent.agent_id) {
-            let candidates = self.tasks_of(hinted).filter(|t| !skip(&t.task_id));
-            if let Some(best) = best_task_for(agent, candidates, now, hint_grace) {
-                return vec![best];
-            }
+        if let Some(best) = self.best_hinted(agent, now, hint_grace, &skip) {
+            return vec![best];
         }
-        let ws = agent.workspace.as_ref();
-        let same_branch = ws.and_then(|w| {
-            let branch = w.branch.as_ref()?;
-            self.by_branch.get(&(w.repository.clone(), branch.clone()))
-        });
-        let same_repository = ws.and_then(|w| self.by_repository.get(&w.repository));
-        for tier in [
-            same_branch,
-            same_repository,
-            Some(&self.anywhere),
-            Some(&self.all),
-        ]
-        .into_iter()
-        .flatten()
-        {
+        let takes = |t: &&QueuedTask| !skip(&t.task_id) && may_take(t, agent, now, hint_grace);
+        for tier in self.tiers(agent) {
             let mut takeable = self.tasks_of(tier).filter(takes);
             let Some(best) = takeable.next() else {
                 continue;
@@ -213,6 +173,43 @@ impl Queue {
             return found;
         }
         Vec::new()
+    }
+
+    /// The best of the tasks hinted at `agent` (the first tier, and few, so ranked in
+    /// full), if it may take one.
+    fn best_hinted(
+        &self,
+        agent: &AgentProfile,
+        now: DateTime<Utc>,
+        hint_grace: Duration,
+        skip: &impl Fn(&TaskId) -> bool,
+    ) -> Option<&QueuedTask> {
+        let hinted = self.by_hint.get(&agent.agent_id)?;
+        let candidates = self.tasks_of(hinted).filter(|t| !skip(&t.task_id));
+        best_task_for(agent, candidates, now, hint_grace)
+    }
+
+    /// The tiers after the hinted one, best first: the agent's branch, its repository,
+    /// no workspace named, every task. Past the hinted tier, every task hinted at this
+    /// agent has been found untakeable, so the tiers need not leave them out; within
+    /// a tier the first takeable task is its best; and a tier already passed has
+    /// nothing takeable left in it, so each later one (a superset, for the repository
+    /// and `all`) yields only its own tier's tasks.
+    fn tiers<'a>(&'a self, agent: &AgentProfile) -> impl Iterator<Item = &'a BTreeSet<Rank>> {
+        let ws = agent.workspace.as_ref();
+        let same_branch = ws.and_then(|w| {
+            let branch = w.branch.as_ref()?;
+            self.by_branch.get(&(w.repository.clone(), branch.clone()))
+        });
+        let same_repository = ws.and_then(|w| self.by_repository.get(&w.repository));
+        [
+            same_branch,
+            same_repository,
+            Some(&self.anywhere),
+            Some(&self.all),
+        ]
+        .into_iter()
+        .flatten()
     }
 
     fn tasks_of<'a>(&'a self, tier: &'a BTreeSet<Rank>) -> impl Iterator<Item = &'a QueuedTask> {
