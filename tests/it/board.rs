@@ -1,6 +1,7 @@
 //! The agent board through the real HTTP server (`awl::server::start` on a free port)
 //! on both stores: the whole lifecycle over REST, dispatch of 500 tasks to 20 agents,
 //! and of a backlog to agents of two servers (processes) taking from it at once,
+//! strict age order alone and spread picks once a reservation lost to another process,
 //! requeues on an injected clock, illegal transitions, every route against every
 //! role, bad bodies, and a workflow's agent step done by an agent over HTTP.
 
@@ -32,6 +33,7 @@ on_both_stores!(worker_threads = 4;
     a_waiting_agent_gets_a_task_the_moment_it_is_sent,
     twenty_agents_and_500_tasks_each_task_assigned_once_to_a_capable_agent,
     two_servers_busy_agents_and_a_backlog_each_task_assigned_once,
+    a_board_spreads_its_picks_once_a_reservation_lost_to_another_process,
     unacked_and_abandoned_tasks_are_requeued_on_the_injected_clock,
     illegal_transitions_are_409_and_append_nothing,
     every_route_against_every_role,
@@ -591,6 +593,85 @@ async fn two_servers_busy_agents_and_a_backlog_each_task_assigned_once(backend: 
     assert_eq!(task_events(&t.store, "task.completed").await.len(), TASKS);
     first.shutdown().await.unwrap();
     second.shutdown().await.unwrap();
+}
+
+/// One process alone hands out queued tasks oldest first. A second process, whose
+/// view is behind (it does not follow the log here), loses its first reservation to
+/// the first's; from then on its waiters pick at random among the best queued tasks
+/// instead of all reaching for the oldest.
+async fn a_board_spreads_its_picks_once_a_reservation_lost_to_another_process(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let first = Board::open(t.store.clone(), system_clock(), BoardConfig::default())
+        .await
+        .unwrap();
+    let agents: Vec<AgentId> = (0..10)
+        .map(|i| AgentId::try_from(format!("x{i}").as_str()).unwrap())
+        .collect();
+    for agent in &agents {
+        let by = Caller::Agent(agent.clone());
+        let caps = Capabilities::new(["rust"]);
+        first
+            .register(agent.clone(), caps, None, &by)
+            .await
+            .unwrap();
+    }
+    let ops = Caller::User("ops".into());
+    let mut sent = Vec::new();
+    for i in 0..40 {
+        let new = NewTask {
+            prompt: format!("task {i}"),
+            capabilities: Capabilities::new(["rust"]),
+            ..NewTask::default()
+        };
+        let (task, _) = first.send(new, &ops, None).await.unwrap();
+        sent.push(task.task_id.to_string());
+    }
+    let other = EventStore::open(
+        &t.location,
+        awl::store::StoreOptions {
+            migrate: false,
+            ..awl::store::StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    // Opened now, the second sees all 40 queued, and learns nothing after.
+    let second = Board::open(other, system_clock(), BoardConfig::default())
+        .await
+        .unwrap();
+    let wait = async |board: &Board, agent: &AgentId| {
+        let got = board
+            .wait_for_prompt(agent, Some(Duration::from_secs(5)))
+            .await
+            .unwrap()
+            .expect("a task");
+        got.task_id.to_string()
+    };
+    let mut alone = Vec::new();
+    for agent in &agents[..4] {
+        alone.push(wait(&first, agent).await);
+    }
+    assert_eq!(alone, sent[..4], "one process alone: oldest first");
+    // The second reaches for the oldest it knows of, loses (the first took it), and
+    // spreads from then on.
+    let mut spread = Vec::new();
+    for agent in &agents[4..] {
+        spread.push(wait(&second, agent).await);
+    }
+    assert!(
+        spread.iter().all(|t| sent[4..].contains(t)),
+        "only tasks still queued: {spread:?}"
+    );
+    assert_eq!(
+        spread.iter().collect::<BTreeSet<_>>().len(),
+        spread.len(),
+        "each once"
+    );
+    assert_ne!(
+        spread,
+        sent[4..10],
+        "after a lost reservation, picks are spread, not oldest first"
+    );
 }
 
 // ---------------------------------------------------------------- 4. requeues on a clock
