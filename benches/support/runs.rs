@@ -85,10 +85,6 @@ pub async fn all_finished(store: &EventStore, ids: &[RunId]) -> bool {
     }
 }
 
-/// Steps per second and seconds for `runs` ten-step runs of `body` carried out by
-/// `workers` workers, each with its own pool as separate processes would have. With
-/// `projections`, the first worker's process also keeps the projections live, as an
-/// `awl serve` with an in-process worker does.
 /// Steps per second, the seconds they took, and the CPU time spent meanwhile.
 pub struct Throughput {
     pub rate: f64,
@@ -97,9 +93,11 @@ pub struct Throughput {
     pub cpu: Option<CpuUse>,
 }
 
-/// Steps per second of `workers` workers carrying out `runs` ten-step runs of `body`
-/// (the projections following the log beside them if `projections`), from the
-/// workers' start to the last run finished, with the CPU time spent meanwhile.
+/// Steps per second and seconds for `runs` ten-step runs of `body` carried out by
+/// `workers` workers, each with its own pool as separate processes would have, from
+/// the workers' start to the last run finished, with the CPU time spent meanwhile.
+/// With `projections`, the first worker's process also keeps the projections live,
+/// as an `awl serve` with an in-process worker does.
 pub async fn measured(
     kind: &str,
     admin_url: &str,
