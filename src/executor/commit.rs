@@ -420,8 +420,10 @@ fn started_workflow(request: &AppendRequest) -> String {
     request
         .events
         .first()
-        .and_then(|e| e.payload.get("workflow"))
-        .and_then(serde_json::Value::as_str)
+        .and_then(|e| e.payload.to_value().ok())
+        .and_then(|p| {
+            p.get("workflow")
+                .and_then(|w| w.as_str().map(str::to_string))
+        })
         .unwrap_or_default()
-        .to_string()
 }

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::Payload;
+
 /// The kinds of stream in awl's log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -193,11 +195,12 @@ impl Metadata {
 }
 
 /// An event about to be appended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
     pub event_type: String,
     pub event_version: i32,
-    pub payload: Value,
+    /// Its payload, already written as the JSON text the log stores.
+    pub payload: Payload,
     pub metadata: Metadata,
 }
 
@@ -206,7 +209,7 @@ impl NewEvent {
         Self {
             event_type: event_type.into(),
             event_version,
-            payload,
+            payload: Payload::from_value(&payload),
             metadata: Metadata::default(),
         }
     }

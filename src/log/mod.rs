@@ -5,9 +5,11 @@
 //! validation and (de)serialisation.
 
 mod event;
+mod payload;
 mod upcast;
 
 pub use event::*;
+pub use payload::Payload;
 pub use upcast::{UpcastError, Upcaster, Upcasters};
 
 /// The type of an event that carries its stream's whole state (a run's continuation:

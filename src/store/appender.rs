@@ -162,8 +162,9 @@ fn as_recorded(
         let count = request.events.len() as i64;
         let first_version = appended.stream_version - count + 1;
         for (i, event) in (0..).zip(request.events) {
+            let payload = event.payload.to_value().ok()?;
             let (event_version, payload) = upcasters
-                .upcast(&event.event_type, event.event_version, event.payload)
+                .upcast(&event.event_type, event.event_version, payload)
                 .ok()?;
             out.push(RecordedEvent {
                 position: appended.first_position + i,

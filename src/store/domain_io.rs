@@ -8,7 +8,9 @@
 use cqrs_es::{Aggregate, DomainEvent};
 use serde_json::{Map, Value};
 
-use crate::log::{AppendRequest, ExpectedVersion, Metadata, NewEvent, RecordedEvent, StreamRef};
+use crate::log::{
+    AppendRequest, ExpectedVersion, Metadata, NewEvent, Payload, RecordedEvent, StreamRef,
+};
 
 use super::{EventStore, StoreError};
 
@@ -22,7 +24,8 @@ pub fn decode<A: Aggregate>(event: &RecordedEvent) -> Result<A::Event, StoreErro
     })
 }
 
-/// A domain event as a new log event.
+/// A domain event as a new log event: written straight to JSON text (no `Value` in
+/// between: a step's output is not copied), its tag kept as the event type.
 pub fn encode<E: DomainEvent>(
     stream: &StreamRef,
     event: &E,
@@ -32,13 +35,11 @@ pub fn encode<E: DomainEvent>(
         stream: stream.clone(),
         reason,
     };
-    let value = serde_json::to_value(event).map_err(|e| bad(format!("cannot serialise: {e}")))?;
-    let (event_type, payload) = match value {
-        Value::Object(map) if map.len() == 1 => map
-            .into_iter()
-            .next()
-            .ok_or_else(|| bad("empty event".into()))?,
-        other => return Err(bad(format!("not an externally tagged event: {other}"))),
+    let event_type = event.event_type();
+    let payload = match Payload::of_tagged(event, &event_type) {
+        Ok(Some(payload)) => payload,
+        Ok(None) => return Err(bad(untagged(event, &event_type))),
+        Err(e) => return Err(bad(format!("cannot serialise: {e}"))),
     };
     let event_version: i32 = event
         .event_version()
@@ -50,6 +51,20 @@ pub fn encode<E: DomainEvent>(
         payload,
         metadata: metadata.clone(),
     })
+}
+
+/// What is wrong with an event that is not written as `{"<its type>": ...}`.
+fn untagged<E: DomainEvent>(event: &E, event_type: &str) -> String {
+    match serde_json::to_value(event) {
+        Ok(Value::Object(map)) if map.len() == 1 => match map.keys().next() {
+            Some(tag) if tag != event_type => {
+                format!("event {event_type} is written with the tag {tag:?}")
+            }
+            _ => format!("event {event_type} cannot be written with its tag"),
+        },
+        Ok(other) => format!("not an externally tagged event: {other}"),
+        Err(e) => format!("cannot serialise: {e}"),
+    }
 }
 
 /// The request that appends `events` to `stream` at `version`.
@@ -88,4 +103,73 @@ pub async fn load<A: Aggregate>(
     stream: &StreamRef,
 ) -> Result<(A, i64), StoreError> {
     fold(&store.read_current(stream).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::Utc;
+    use serde::{Deserialize, Serialize};
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::run::{Run, RunEvent};
+    use crate::log::StreamType;
+
+    fn stream() -> StreamRef {
+        StreamRef::new(StreamType::Run, "r1")
+    }
+
+    #[test]
+    fn an_event_is_written_as_its_inner_object_and_read_back_the_same() {
+        let event = RunEvent::StepSucceeded {
+            step_id: "fetch".parse().unwrap(),
+            attempt: 2,
+            output: Arc::new(json!({"status": 200, "body": {"quote": "a \"b\" }"}})),
+            cost_usd: None,
+            tokens: Some(7),
+            at: Utc::now(),
+        };
+        let new = encode(&stream(), &event, &Metadata::actor("awl")).unwrap();
+        assert_eq!(new.event_type, "run.step_succeeded");
+        let wrapped = serde_json::to_value(&event).unwrap();
+        assert_eq!(new.payload, wrapped["run.step_succeeded"]);
+        let recorded = RecordedEvent {
+            position: 1,
+            stream: stream(),
+            version: 1,
+            event_type: new.event_type.clone(),
+            event_version: new.event_version,
+            payload: new.payload.to_value().unwrap(),
+            metadata: new.metadata.clone(),
+            recorded_at: Utc::now(),
+        };
+        assert_eq!(decode::<Run>(&recorded).unwrap(), event);
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    enum Misnamed {
+        #[serde(rename = "thing.done")]
+        Done { n: u32 },
+    }
+
+    impl DomainEvent for Misnamed {
+        fn event_type(&self) -> String {
+            "thing.finished".into()
+        }
+        fn event_version(&self) -> String {
+            "1".into()
+        }
+    }
+
+    #[test]
+    fn an_event_whose_type_is_not_its_tag_is_refused_saying_so() {
+        let err = encode(&stream(), &Misnamed::Done { n: 1 }, &Metadata::default()).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("thing.finished") && message.contains("\"thing.done\""),
+            "{message}"
+        );
+    }
 }

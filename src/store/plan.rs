@@ -67,7 +67,7 @@ pub(crate) fn validate(request: &AppendRequest) -> Result<(), StoreError> {
                 event.event_type, event.event_version
             )));
         }
-        if let Some(at) = crate::text::nul_in(&event.payload) {
+        if let Some(at) = event.payload.nul_at() {
             return Err(invalid(format!(
                 "event {i} ({}) holds a NUL character (\\u0000) in its payload at `{at}`, \
                  which the log cannot store",

@@ -698,7 +698,7 @@ async fn call_append(
             ev_requests.push(r as i32 + 1);
             event_types.push(event.event_type.as_str());
             event_versions.push(event.event_version);
-            payloads.push(&event.payload);
+            payloads.push(JsonbText(event.payload.as_str()));
             // Written as JSON text as it is bound, not built as a `Value` first.
             metadata.push(sqlx::types::Json(&event.metadata));
         }
@@ -748,6 +748,35 @@ async fn call_append(
             .collect()
     })
     .map_err(|e| append_error(e, requests, sent))
+}
+
+/// JSON text bound as `jsonb` as it is: the format's version byte, then the text
+/// (what sqlx's `Json` writes, without serialising anything again). Only ever bound
+/// with text `serde_json` wrote ([`crate::log::Payload`]).
+struct JsonbText<'a>(&'a str);
+
+impl sqlx::Type<sqlx::Postgres> for JsonbText<'_> {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <sqlx::types::Json<()> as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+}
+
+impl sqlx::postgres::PgHasArrayType for JsonbText<'_> {
+    fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+        <sqlx::types::Json<()> as sqlx::postgres::PgHasArrayType>::array_type_info()
+    }
+}
+
+impl sqlx::Encode<'_, sqlx::Postgres> for JsonbText<'_> {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        // JSONB's binary format, version 1: the text follows.
+        buf.push(1);
+        buf.extend_from_slice(self.0.as_bytes());
+        Ok(sqlx::encode::IsNull::No)
+    }
 }
 
 /// `awl_append` raises AWL01 for an all-or-nothing conflict; a unique violation means

@@ -19,8 +19,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::log::{
-    AppendRequest, EventFilter, ExpectedVersion, Metadata, NewEvent, RecordedEvent, StreamRef,
-    StreamType,
+    AppendRequest, EventFilter, ExpectedVersion, Metadata, NewEvent, Payload, RecordedEvent,
+    StreamRef, StreamType,
 };
 
 use super::{EventStore, StoreError, TAIL_PAGE};
@@ -111,7 +111,7 @@ fn to_new_event(event: &SerializedEvent) -> Result<NewEvent, PersistenceError> {
     };
     let payload = match &event.payload {
         Value::Object(map) if map.len() == 1 && map.contains_key(&event.event_type) => {
-            map.get(&event.event_type).cloned().unwrap_or(Value::Null)
+            Payload::from_value(map.get(&event.event_type).unwrap_or(&Value::Null))
         }
         other => {
             return Err(bad(format!(

@@ -386,7 +386,7 @@ async fn plan_and_insert<'a>(
     }
     let recorded_at = Utc::now().timestamp_micros();
     for row in &plan.rows {
-        let payload = row.event.payload.to_string();
+        let payload = row.event.payload.as_str();
         let metadata =
             serde_json::to_string(&row.event.metadata).map_err(|e| StoreError::InvalidAppend {
                 stream: row.stream.clone(),
