@@ -93,7 +93,10 @@ impl<'a> Walker<'a> {
                     }
                 }
                 Some(StepState::Succeeded { output, .. }) => {
-                    let took_if_true = output["branch"] == "if_true";
+                    // Only a conditional's output says which branch it took (and
+                    // looking costs a search of every other step's output, every tick).
+                    let took_if_true = matches!(step.kind, StepKind::Conditional(_))
+                        && output["branch"] == "if_true";
                     return self.after_success(step, took_if_true, prev);
                 }
                 Some(StepState::Skipped { .. }) => {
