@@ -65,21 +65,6 @@ impl Payload {
     pub fn to_value(&self) -> Result<Value, serde_json::Error> {
         serde_json::from_str(&self.json)
     }
-
-    /// Where a NUL character (`\u0000`) is in the payload, as a JSON pointer
-    /// (`text::nul_in`), if it holds one: the log cannot store it.
-    pub fn nul_at(&self) -> Option<String> {
-        // serde_json writes a NUL only as `\u0000`; most payloads have no such text,
-        // and those that do are read back to say exactly where (the text may be an
-        // escaped backslash followed by `u0000`).
-        if !self.json.contains("\\u0000") {
-            return None;
-        }
-        match self.to_value() {
-            Ok(value) => crate::text::nul_in(&value),
-            Err(_) => Some(String::new()),
-        }
-    }
 }
 
 impl From<Value> for Payload {
@@ -166,19 +151,6 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-    }
-
-    #[test]
-    fn a_nul_is_found_where_it_is_and_only_there() {
-        let with = Payload::from_value(&json!({"a": [1, "x\u{0}y"]}));
-        assert_eq!(with.nul_at().as_deref(), Some("/a/1"));
-        let key = Payload::from_value(&json!({"k\u{0}": 1}));
-        assert_eq!(key.nul_at().as_deref(), Some("/k\u{0}"));
-        // A backslash followed by the letters: not a NUL.
-        let lookalike = Payload::from_value(&json!({"a": "\\u0000"}));
-        assert!(lookalike.as_str().contains("\\u0000"));
-        assert_eq!(lookalike.nul_at(), None);
-        assert_eq!(Payload::from_value(&json!({"a": "plain"})).nul_at(), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::log::{AppendRequest, Appended, NewEvent, StreamRef};
+use crate::log::{AppendRequest, Appended, NewEvent, Payload, StreamRef};
 
 use super::StoreError;
 
@@ -67,7 +67,7 @@ pub(crate) fn validate(request: &AppendRequest) -> Result<(), StoreError> {
                 event.event_type, event.event_version
             )));
         }
-        if let Some(at) = event.payload.nul_at() {
+        if let Some(at) = nul_in(&event.payload) {
             return Err(invalid(format!(
                 "event {i} ({}) holds a NUL character (\\u0000) in its payload at `{at}`, \
                  which the log cannot store",
@@ -76,6 +76,20 @@ pub(crate) fn validate(request: &AppendRequest) -> Result<(), StoreError> {
         }
     }
     Ok(())
+}
+
+/// Where a NUL character (`\u0000`) is in a payload, as a JSON pointer
+/// (`text::nul_in`), if it holds one: the log cannot store it. serde_json writes a
+/// NUL only as `\u0000`; most payloads have no such text, and those that do are read
+/// back to say exactly where (the text may be an escaped backslash and `u0000`).
+pub(crate) fn nul_in(payload: &Payload) -> Option<String> {
+    if !payload.as_str().contains("\\u0000") {
+        return None;
+    }
+    match payload.to_value() {
+        Ok(value) => crate::text::nul_in(&value),
+        Err(_) => Some(String::new()),
+    }
 }
 
 /// Plan a batch. `current` holds the version of every stream named in `requests`

@@ -116,3 +116,15 @@ fn a_page_cut_by_the_head_has_reached_it() {
     assert!(!reached_head(500, 1_000, &tasks, 3, 10_500));
     assert!(reached_head(500, 1_000, &tasks, 3, 10_499));
 }
+
+#[test]
+fn a_nul_is_found_where_it_is_and_only_there() {
+    let nul = |v: serde_json::Value| nul_in(&Payload::from_value(&v));
+    assert_eq!(nul(json!({"a": [1, "x\u{0}y"]})).as_deref(), Some("/a/1"));
+    assert_eq!(nul(json!({"k\u{0}": 1})).as_deref(), Some("/k\u{0}"));
+    // A backslash followed by the letters `u0000`: its text holds `\u0000`, no NUL.
+    let lookalike = Payload::from_value(&json!({"a": "\\u0000"}));
+    assert!(lookalike.as_str().contains("\\u0000"));
+    assert_eq!(nul_in(&lookalike), None);
+    assert_eq!(nul(json!({"a": "plain"})), None);
+}
