@@ -12,11 +12,27 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A port nothing listens on (for a cluster or an `awl serve` child process).
+///
+/// Taken below Linux's ephemeral range (32768-60999), from which the kernel hands out
+/// both `bind(0)` ports and the local ports of outgoing connections: a port found
+/// free there could be taken by one of the suite's own connections (to Postgres, to
+/// a server) before the child binds it, and the child then never answers. Each call
+/// moves on from the last, starting at a place of this process's own, so two calls
+/// do not give the same port.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let start = std::process::id().wrapping_mul(7919) % SPAN;
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..SPAN {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
 
 pub struct Cluster {
