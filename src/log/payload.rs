@@ -67,19 +67,7 @@ impl Payload {
     }
 }
 
-impl From<Value> for Payload {
-    fn from(value: Value) -> Self {
-        Self::from_value(&value)
-    }
-}
-
 impl fmt::Debug for Payload {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.json)
-    }
-}
-
-impl fmt::Display for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.json)
     }

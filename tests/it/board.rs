@@ -398,43 +398,15 @@ async fn twenty_agents_and_500_tasks_each_task_assigned_once_to_a_capable_agent(
     let done = Arc::new(Mutex::new(0usize));
     let mut workers = Vec::new();
     for name in agent_caps.keys() {
-        let api = api.clone();
         let token = tk.agents[name].clone();
-        let name = name.clone();
-        let done = done.clone();
-        workers.push(tokio::spawn(async move {
-            loop {
-                if *done.lock().unwrap() >= 500 {
-                    return;
-                }
-                let got = api
-                    .ok(
-                        &token,
-                        Method::POST,
-                        &format!("/api/v1/agents/{name}/wait"),
-                        json!({"timeout_seconds": 0.5}),
-                    )
-                    .await;
-                let Some(id) = got["task"]["task_id"].as_str() else {
-                    continue;
-                };
-                api.ok(
-                    &token,
-                    Method::POST,
-                    &format!("/api/v1/tasks/{id}/ack"),
-                    json!({}),
-                )
-                .await;
-                api.ok(
-                    &token,
-                    Method::POST,
-                    &format!("/api/v1/tasks/{id}/complete"),
-                    json!({"result": {"by": name}}),
-                )
-                .await;
-                *done.lock().unwrap() += 1;
-            }
-        }));
+        workers.push(work_tasks(
+            api.clone(),
+            token,
+            name.clone(),
+            done.clone(),
+            500,
+            0.5,
+        ));
     }
     let mut sent = HashMap::new();
     for (i, need) in needs.iter().enumerate() {
@@ -536,29 +508,15 @@ async fn two_servers_busy_agents_and_a_backlog_each_task_assigned_once(backend: 
     let done = Arc::new(Mutex::new(0usize));
     let mut workers = Vec::new();
     for (i, name) in names.iter().enumerate() {
-        let api = apis[i % 2].clone();
-        let (token, name, done) = (tk.agents[name].clone(), name.clone(), done.clone());
-        workers.push(tokio::spawn(async move {
-            while *done.lock().unwrap() < TASKS {
-                let got = api
-                    .ok(
-                        &token,
-                        Method::POST,
-                        &format!("/api/v1/agents/{name}/wait"),
-                        json!({"timeout_seconds": 0.2}),
-                    )
-                    .await;
-                let Some(id) = got["task"]["task_id"].as_str() else {
-                    continue;
-                };
-                let ack = format!("/api/v1/tasks/{id}/ack");
-                api.ok(&token, Method::POST, &ack, json!({})).await;
-                let complete = format!("/api/v1/tasks/{id}/complete");
-                api.ok(&token, Method::POST, &complete, json!({"result": {}}))
-                    .await;
-                *done.lock().unwrap() += 1;
-            }
-        }));
+        let (api, token) = (apis[i % 2].clone(), tk.agents[name].clone());
+        workers.push(work_tasks(
+            api,
+            token,
+            name.clone(),
+            done.clone(),
+            TASKS,
+            0.2,
+        ));
     }
     // Eight senders, half on each server, none waiting for the agents.
     let senders: Vec<_> = (0..8)
@@ -1419,4 +1377,43 @@ async fn a_workflow_agent_step_is_done_by_an_agent_over_http(backend: Backend) {
     assert_eq!(run["steps"]["implement"]["output"]["pr"], 7);
     assert_eq!(run["outputs"]["pr"], 7);
     server.shutdown().await.unwrap();
+}
+
+/// An agent's loop over the API: wait for a task (up to `wait_seconds`), acknowledge
+/// it, complete it with `{"by": name}`, and count it in `done`, until `done` reaches
+/// `until`.
+fn work_tasks(
+    api: Arc<Api>,
+    token: String,
+    name: String,
+    done: Arc<Mutex<usize>>,
+    until: usize,
+    wait_seconds: f64,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while *done.lock().unwrap() < until {
+            let got = api
+                .ok(
+                    &token,
+                    Method::POST,
+                    &format!("/api/v1/agents/{name}/wait"),
+                    json!({ "timeout_seconds": wait_seconds }),
+                )
+                .await;
+            let Some(id) = got["task"]["task_id"].as_str() else {
+                continue;
+            };
+            let ack = format!("/api/v1/tasks/{id}/ack");
+            api.ok(&token, Method::POST, &ack, json!({})).await;
+            let complete = format!("/api/v1/tasks/{id}/complete");
+            api.ok(
+                &token,
+                Method::POST,
+                &complete,
+                json!({"result": {"by": name}}),
+            )
+            .await;
+            *done.lock().unwrap() += 1;
+        }
+    })
 }
