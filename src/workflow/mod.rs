@@ -5,6 +5,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | `model` | the Rust types of a workflow file (the one definition of the language) |
+//! | `index` | what the engine asks of a definition's steps on every tick, worked out once |
 //! | `schema` | the JSON Schema generated from them, published in `workflows/` |
 //! | `yaml` | YAML to JSON with the position of every value |
 //! | `validate` | schema pass + rules pass, all problems at once |
@@ -19,6 +20,7 @@
 
 pub mod diagnostics;
 pub mod flow;
+pub mod index;
 pub mod inputs;
 pub mod model;
 mod rules;

@@ -101,6 +101,19 @@ pub struct Workflow {
     /// --chat-config`), besides the chat file's own routes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chat: Vec<ChatRoute>,
+    /// What the engine asks of the steps on every tick, worked out once
+    /// (`workflow/index.rs`); not part of the language.
+    #[serde(skip)]
+    #[schemars(skip)]
+    index: super::index::IndexCell,
+}
+
+impl Workflow {
+    /// Every step's id, which are hooks, and what each step's templates refer to,
+    /// computed on first use and kept.
+    pub fn index(&self) -> &super::index::StepIndex {
+        self.index.get_or_init(self)
+    }
 }
 
 /// Notices of `events` go to chat channel `channel` (a name of the chat file).

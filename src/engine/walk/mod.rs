@@ -34,7 +34,8 @@ use crate::domain::run::{
     ErrorClass, GateDecision, RecoveryAction, Run, RunCommand, RunEvent, RunStatus, StepCall,
     StepError, StepState,
 };
-use crate::expr::Expression;
+use crate::expr::{Expression, References};
+use crate::workflow::index::{StepIndex, references_of};
 use crate::workflow::model::{
     GateRejected, GateTimedOut, HandlerAction, OnError, Step, StepKind, SubWorkflowStep, WaitFor,
     Workflow,
@@ -70,8 +71,8 @@ pub(super) struct Walker<'a> {
     events: Vec<RunEvent>,
     effects: Vec<Effect>,
     wake_at: Option<DateTime<Utc>>,
-    step_ids: Vec<String>,
-    hooks: BTreeSet<String>,
+    /// The definition's step ids, hooks and template references (worked out once).
+    index: &'a StepIndex,
     outcomes: HashMap<(StepId, u32), Result<Done, Failure>>,
     compensations: HashMap<StepId, Option<String>>,
     /// Keys of attempts started in this tick (their work is already an effect).
@@ -83,16 +84,6 @@ pub(super) struct Walker<'a> {
 
 impl<'a> Walker<'a> {
     pub(super) fn new(def: &'a Workflow, run: Run, input: &'a TickInput) -> Self {
-        let mut step_ids = Vec::new();
-        let mut hooks = BTreeSet::new();
-        for step in &def.steps {
-            collect_ids(step, &mut step_ids);
-        }
-        for step in def.on_success.iter().chain(&def.on_failure) {
-            let before = step_ids.len();
-            collect_ids(step, &mut step_ids);
-            hooks.extend(step_ids[before..].iter().cloned());
-        }
         Self {
             def,
             input,
@@ -102,8 +93,7 @@ impl<'a> Walker<'a> {
             events: Vec::new(),
             effects: Vec::new(),
             wake_at: None,
-            step_ids,
-            hooks,
+            index: def.index(),
             outcomes: input
                 .outcomes
                 .iter()
@@ -240,7 +230,7 @@ impl<'a> Walker<'a> {
         let expr = Expression::parse_condition(source).map_err(|e| e.to_string())?;
         let refs = expr.references();
         let steps = if refs.any_step {
-            self.step_ids.clone()
+            self.index.ids().to_vec()
         } else {
             refs.steps.iter().cloned().collect()
         };
@@ -249,16 +239,24 @@ impl<'a> Walker<'a> {
             .map_err(|e| e.to_string())
     }
 
-    /// What the templates in `templates` see: only the steps they name (building the
+    /// What the templates of `step` see: only the steps they name (building the
     /// view of every step for every step would make a long run quadratic), or every
     /// step when they use `steps` as a whole (`steps[k]`, `size(steps)`...); `prev`
-    /// only when they read it (its view is a copy of that step's output).
-    fn scope_for(&self, prev: Option<&str>, templates: &Value) -> crate::expr::Scope {
-        let refs = crate::expr::references_in(templates);
+    /// only when they read it (its view is a copy of that step's output). What a
+    /// step of the definition refers to is looked up in its index.
+    fn scope_for_step(&self, prev: Option<&str>, step: &Step) -> crate::expr::Scope {
+        match self.index.references(step.id()) {
+            Some(refs) => self.scope_of(prev, refs),
+            None => self.scope_of(prev, &references_of(step)),
+        }
+    }
+
+    /// What templates referring to `refs` see (see [`Self::scope_for_step`]).
+    fn scope_of(&self, prev: Option<&str>, refs: &References) -> crate::expr::Scope {
         let steps: Vec<String> = if refs.any_step {
-            self.step_ids.clone()
+            self.index.ids().to_vec()
         } else {
-            refs.steps.into_iter().collect()
+            refs.steps.iter().cloned().collect()
         };
         let prev = prev.filter(|_| refs.prev);
         render::scope(&steps, &self.state, prev, &self.input.env)
@@ -328,18 +326,6 @@ fn step_id(step: &Step) -> StepId {
     // Ids were checked when the workflow was loaded; a bad one cannot get here.
     StepId::try_from(step.id())
         .unwrap_or_else(|_| StepId::try_from("invalid-step-id").unwrap_or_else(|_| unreachable!()))
-}
-
-/// The template-bearing fields of a step, as JSON.
-fn templates_of(step: &Step) -> Value {
-    serde_json::to_value(&step.kind).unwrap_or(Value::Null)
-}
-
-fn collect_ids(step: &Step, out: &mut Vec<String>) {
-    out.push(step.id().to_string());
-    for child in step.children() {
-        collect_ids(child, out);
-    }
 }
 
 fn is_terminal_event(event: &RunEvent) -> bool {

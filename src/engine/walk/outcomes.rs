@@ -128,7 +128,7 @@ impl<'a> Walker<'a> {
         error: &StepError,
     ) -> Result<(), EngineError> {
         let id = step_id(step);
-        let decision = if self.hooks.contains(id.as_str()) {
+        let decision = if self.index.is_hook(id.as_str()) {
             Decision::Settle(OnError::Continue)
         } else if matches!(step.kind, StepKind::Conditional(_) | StepKind::Parallel(_)) {
             // A container's children cannot run twice: only `on_error` applies.

@@ -114,7 +114,7 @@ impl<'a> Walker<'a> {
             .steps()
             .iter()
             .filter_map(|(id, step)| match step {
-                StepState::Failed { error, attempt, .. } if !self.hooks.contains(id.as_str()) => {
+                StepState::Failed { error, attempt, .. } if !self.index.is_hook(id.as_str()) => {
                     let record = self
                         .state
                         .attempts(id)
@@ -148,7 +148,7 @@ impl<'a> Walker<'a> {
             && self
                 .state
                 .running_steps()
-                .any(|(id, _)| !self.hooks.contains(id.as_str()))
+                .any(|(id, _)| !self.index.is_hook(id.as_str()))
         {
             return Ok(());
         }
@@ -217,7 +217,7 @@ impl<'a> Walker<'a> {
                     at: self.now,
                 });
             };
-            let scope = self.scope_for(Some(next.as_str()), &templates_of(&undo));
+            let scope = self.scope_of(Some(next.as_str()), &references_of(&undo));
             match render::work(self.def, &undo, &scope, None) {
                 Ok(work) => {
                     self.effects.push(Effect::Compensate {
@@ -267,7 +267,7 @@ impl<'a> Walker<'a> {
         }
         let last = self.def.steps.last().map(|s| s.id().to_string());
         let outputs = Value::Object(self.def.outputs.clone().into_iter().collect());
-        let scope = self.scope_for(last.as_deref(), &outputs);
+        let scope = self.scope_of(last.as_deref(), &crate::expr::references_in(&outputs));
         match crate::expr::render_value(&outputs, &scope) {
             Ok(outputs) => self.decide(RunCommand::Complete {
                 outputs,

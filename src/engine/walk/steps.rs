@@ -198,7 +198,7 @@ impl<'a> Walker<'a> {
         prev: Option<&str>,
     ) -> Result<(), EngineError> {
         let id = step_id(step);
-        let scope = self.scope_for(prev, &templates_of(step));
+        let scope = self.scope_for_step(prev, step);
         let inputs = match crate::expr::render_value(&Value::Object(w.inputs.clone()), &scope) {
             Ok(Value::Object(inputs)) => inputs,
             Ok(other) => {
@@ -240,7 +240,7 @@ impl<'a> Walker<'a> {
         prev: Option<&str>,
     ) -> Result<(), EngineError> {
         let id = step_id(step);
-        let scope = self.scope_for(prev, &templates_of(step));
+        let scope = self.scope_for_step(prev, step);
         match &step.kind {
             StepKind::Gate(gate) => {
                 let message = match render::text(&gate.message, &scope) {
@@ -332,7 +332,7 @@ impl<'a> Walker<'a> {
         prev: Option<&str>,
     ) -> Result<(), EngineError> {
         let id = step_id(step);
-        let scope = self.scope_for(prev, &templates_of(step));
+        let scope = self.scope_for_step(prev, step);
         let fallback = self.recovery_before(&id, attempt).and_then(|r| match r {
             RecoveryAction::Fallback { tool } => Some(tool),
             _ => None,
