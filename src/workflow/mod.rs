@@ -4,8 +4,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `model` | the Rust types of a workflow file (the one definition of the language) |
-//! | `index` | what the engine asks of a definition's steps on every tick, worked out once |
+//! | `model` | the Rust types of a workflow file (the one definition of the language); `model::index`, what the engine asks of a loaded definition's steps on every tick, worked out once |
 //! | `schema` | the JSON Schema generated from them, published in `workflows/` |
 //! | `yaml` | YAML to JSON with the position of every value |
 //! | `validate` | schema pass + rules pass, all problems at once |
@@ -20,7 +19,6 @@
 
 pub mod diagnostics;
 pub mod flow;
-pub mod index;
 pub mod inputs;
 pub mod model;
 mod rules;

@@ -9,6 +9,8 @@
 //! are kept as written here; they are checked by `rules.rs` when a file is loaded and
 //! rendered by the engine (`engine/render.rs`), never spliced into shell or SQL text.
 
+pub mod index;
+
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
@@ -102,16 +104,16 @@ pub struct Workflow {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chat: Vec<ChatRoute>,
     /// What the engine asks of the steps on every tick, worked out once
-    /// (`workflow/index.rs`); not part of the language.
+    /// (`model/index.rs`); not part of the language.
     #[serde(skip)]
     #[schemars(skip)]
-    index: super::index::IndexCell,
+    index: index::IndexCell,
 }
 
 impl Workflow {
     /// Every step's id, which are hooks, and what each step's templates refer to,
     /// computed on first use and kept.
-    pub fn index(&self) -> &super::index::StepIndex {
+    pub fn index(&self) -> &index::StepIndex {
         self.index.get_or_init(self)
     }
 }

@@ -35,7 +35,7 @@ use crate::domain::run::{
     StepError, StepState,
 };
 use crate::expr::{Expression, References};
-use crate::workflow::index::{StepIndex, references_of};
+use crate::workflow::model::index::{StepIndex, references_of};
 use crate::workflow::model::{
     GateRejected, GateTimedOut, HandlerAction, OnError, Step, StepKind, SubWorkflowStep, WaitFor,
     Workflow,

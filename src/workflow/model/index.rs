@@ -8,7 +8,7 @@
 //! to JSON to parse its templates again; a ten-step run did that ten times per step.
 //!
 //! The index is computed the first time it is asked for ([`Workflow::index`]) and
-//! kept in the definition, which is not changed after it is loaded: the same
+//! kept in the definition (a child of `model` for that reason: the model holds it), which is not changed after it is loaded: the same
 //! definition (an `Arc` in the executor's cache) serves every run of its version.
 
 use std::collections::{BTreeSet, HashMap};
@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::expr::References;
 
-use super::model::{Step, Workflow};
+use super::{Step, Workflow};
 
 /// The ids, hooks and template references of one definition's steps.
 #[derive(Debug, Default)]
@@ -100,8 +100,8 @@ impl PartialEq for IndexCell {
 mod tests {
     use std::path::Path;
 
-    use super::super::validate::check;
     use super::*;
+    use crate::workflow::validate::check;
 
     fn workflow(source: &str) -> Workflow {
         match check(Path::new("wf.awl.yaml"), source) {
