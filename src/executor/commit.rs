@@ -415,15 +415,51 @@ fn finished_as(event: &RunEvent) -> Option<&'static str> {
     }
 }
 
-/// The workflow a run-start request starts (its first event names it).
+/// The workflow a run-start request starts (its first event names it). Only that
+/// field is read: the payload also holds the run's inputs.
 fn started_workflow(request: &AppendRequest) -> String {
+    #[derive(serde::Deserialize)]
+    struct Started {
+        workflow: String,
+    }
     request
         .events
         .first()
-        .and_then(|e| e.payload.to_value().ok())
-        .and_then(|p| {
-            p.get("workflow")
-                .and_then(|w| w.as_str().map(str::to_string))
-        })
+        .and_then(|e| serde_json::from_str::<Started>(e.payload.as_str()).ok())
+        .map(|started| started.workflow)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::run::{Flow, Rules};
+    use crate::store::domain_io;
+
+    #[test]
+    fn a_child_start_names_its_workflow() {
+        let start = RunEvent::Started {
+            run_id: crate::domain::ids::RunId::new(),
+            workflow: "deploy".parse().expect("a workflow name"),
+            workflow_version: "1.0.0".into(),
+            inputs: json!({"workflow": "not this one", "big": [1, 2, 3]}),
+            budget_usd: None,
+            timeout_at: None,
+            parent: None,
+            origin: None,
+            flow: Flow::default(),
+            rules: Rules::CURRENT,
+            at: Utc::now(),
+        };
+        let request = domain_io::append_request(
+            &StreamRef::new(StreamType::Run, "child"),
+            0,
+            &[start],
+            &Metadata::actor("awl"),
+        )
+        .expect("a start is encoded");
+        assert_eq!(started_workflow(&request), "deploy");
+    }
 }
