@@ -1,8 +1,9 @@
 //! `http` steps and `notify` webhooks.
 //!
-//! One shared reqwest client (rustls with the ring provider, connection pooling),
-//! `http` and `https` URLs only, the attempt's timeout over the whole exchange, and
-//! the response body streamed and cut at the step's cap (reading stops there: a huge
+//! One shared client (`client`: hyper's pool over rustls with the ring provider,
+//! redirects followed there, reqwest where a proxy is configured), `http` and
+//! `https` URLs only, the attempt's timeout over the whole exchange, and the
+//! response body streamed and cut at the step's cap (reading stops there: a huge
 //! or endless body costs at most the cap). URLs in messages lose their query string
 //! and credentials, which is where tokens tend to be.
 //!
@@ -19,7 +20,7 @@
 //! | 5xx | `dependency` |
 //! | any other status | `validation` (the request was wrong) |
 //! | bad URL, scheme other than http/https, bad header | `validation` |
-//! | too many redirects | `dependency` |
+//! | more than 10 redirects, a redirect to a bad URL or another scheme | `dependency` |
 //!
 //! A failed response's output is attached to the failure.
 //!
@@ -40,25 +41,22 @@ use crate::domain::run::ErrorClass;
 use crate::telemetry;
 use crate::workflow::model::{HttpMethod, HttpStep, NotifyStep};
 
-use super::shell::Captured;
 use super::{Attempt, RunnersConfig, StepFailure, StepSuccess};
-use crate::text::{clip, error_chain};
+use crate::text::clip;
 
 /// The cap on a webhook's answer (it is only kept for the record).
 const NOTIFY_RESPONSE_BYTES: u64 = 64 * 1024;
 /// How much of an error response's body a message quotes.
 const MESSAGE_BODY_BYTES: usize = 300;
 
+mod client;
+
+use client::Answer;
+pub(crate) use client::HttpClient;
+
 /// The client every `http` and `notify` step shares.
-pub(super) fn client(config: &RunnersConfig) -> Result<reqwest::Client, String> {
-    // reqwest is built without a default crypto provider; awl uses ring. Installing
-    // twice is refused, which is fine: one is installed either way.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .connect_timeout(config.connect_timeout)
-        .user_agent(concat!("awl/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| error_chain(&e))
+pub(super) fn client(config: &RunnersConfig) -> Result<HttpClient, String> {
+    HttpClient::from_env(config.connect_timeout)
 }
 
 /// A request checked and ready to send.
@@ -151,15 +149,6 @@ pub(super) fn prepare(step: &HttpStep, default_cap: u64) -> Result<Request, Step
     })
 }
 
-/// A response as far as it was read.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    reason: &'static str,
-    headers: Map<String, Value>,
-    body: Captured,
-}
-
 impl Answer {
     /// `{status, headers, body, truncated?}`
     fn into_output(self) -> Value {
@@ -183,12 +172,13 @@ impl Answer {
 
 /// Send the request under the attempt's timeout and classify the answer.
 pub(super) async fn send(
-    client: &reqwest::Client,
+    client: &HttpClient,
     a: &Attempt<'_>,
     req: Request,
 ) -> Result<StepSuccess, StepFailure> {
-    let shown = format!("{} {}", req.method, redacted(&req.url));
-    let url_shown = a.mask.apply(&redacted(&req.url)).into_owned();
+    let redacted_url = redacted(&req.url);
+    let shown = format!("{} {redacted_url}", req.method);
+    let url_shown = a.mask.apply(&redacted_url).into_owned();
     // A client span (the HTTP semantic conventions) whose context the request carries
     // as `traceparent`, so the called service joins the run's trace.
     let span = tracing::info_span!(
@@ -200,7 +190,16 @@ pub(super) async fn send(
         server.address = req.url.host_str().unwrap_or_default(),
         http.response.status_code = tracing::field::Empty,
     );
-    let exchange = exchange(client, &req, &shown).instrument(span.clone());
+    let exchange = async {
+        // The span's context, unless the step sets its own.
+        let trace = if req.headers.contains_key("traceparent") {
+            Vec::new()
+        } else {
+            telemetry::propagation_headers(&tracing::Span::current())
+        };
+        client.exchange(&req, trace, &shown).await
+    }
+    .instrument(span.clone());
     let answer = match a.timeout {
         Some(limit) => tokio::time::timeout(limit, exchange)
             .await
@@ -233,63 +232,6 @@ fn timed_out(shown: &str, limit: Duration) -> StepFailure {
     )
 }
 
-/// The request and its answer, body read up to the cap. The attempt's timeout is
-/// the caller's, around all of it.
-async fn exchange(
-    client: &reqwest::Client,
-    req: &Request,
-    shown: &str,
-) -> Result<Answer, StepFailure> {
-    let mut builder = client
-        .request(req.method.clone(), req.url.clone())
-        .headers(req.headers.clone());
-    if !req.headers.contains_key("traceparent") {
-        for (name, value) in telemetry::propagation_headers(&tracing::Span::current()) {
-            builder = builder.header(name, value);
-        }
-    }
-    if let Some(body) = &req.body {
-        builder = builder.json(body);
-    }
-    let mut response = builder
-        .send()
-        .await
-        .map_err(|e| transport_failure(e, shown))?;
-    let status = response.status();
-    let mut headers = Map::new();
-    for (name, value) in response.headers() {
-        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        // Repeated headers are joined as HTTP allows (`a, b`).
-        match headers.get_mut(name.as_str()) {
-            Some(Value::String(existing)) => {
-                existing.push_str(", ");
-                existing.push_str(&value);
-            }
-            _ => {
-                headers.insert(name.as_str().to_string(), Value::String(value));
-            }
-        }
-    }
-    let mut body = Captured::default();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| transport_failure(e, shown))?
-    {
-        body.push(&chunk, req.cap);
-        if body.truncated {
-            // Stop reading: the rest of the body is not wanted.
-            break;
-        }
-    }
-    Ok(Answer {
-        status: status.as_u16(),
-        reason: status.canonical_reason().unwrap_or(""),
-        headers,
-        body,
-    })
-}
-
 /// `None` when `status` is a success; otherwise the class of the failure.
 pub(super) fn classify_status(status: u16, expect: &[u16]) -> Option<ErrorClass> {
     let ok = if expect.is_empty() {
@@ -306,27 +248,6 @@ pub(super) fn classify_status(status: u16, expect: &[u16]) -> Option<ErrorClass>
         500..=599 => ErrorClass::Dependency,
         _ => ErrorClass::Validation,
     })
-}
-
-/// A failure before a complete answer: no connection, timeout, reset...
-fn transport_failure(e: reqwest::Error, shown: &str) -> StepFailure {
-    // Connecting comes first: running out of `connect_timeout` is a connection that
-    // could not be made, not the attempt's timeout (which is timed around the send).
-    let (class, what) = if e.is_connect() {
-        // DNS, refused, unreachable, TLS handshake, no answer in time
-        (ErrorClass::Network, "could not connect")
-    } else if e.is_timeout() {
-        (ErrorClass::Timeout, "timed out")
-    } else if e.is_builder() {
-        (ErrorClass::Validation, "failed")
-    } else if e.is_redirect() {
-        (ErrorClass::Dependency, "failed")
-    } else {
-        // request, body: the network failed us.
-        (ErrorClass::Network, "failed")
-    };
-    let e = e.without_url();
-    StepFailure::new(class, format!("{shown} {what}: {}", error_chain(&e)))
 }
 
 /// `@alice @bob message`.
@@ -376,7 +297,7 @@ pub(super) fn prepare_notify(step: &NotifyStep, url: &str) -> Result<Request, St
 }
 
 pub(super) async fn send_notify(
-    client: &reqwest::Client,
+    client: &HttpClient,
     a: &Attempt<'_>,
     step: &NotifyStep,
     req: Request,

@@ -238,7 +238,7 @@ pub struct Runners {
 
 struct Inner {
     config: RunnersConfig,
-    http: Result<reqwest::Client, String>,
+    http: Result<http::HttpClient, String>,
     databases: database::Databases,
     breakers: breaker::Breakers,
 }
@@ -376,7 +376,7 @@ impl Runners {
         self.inner.breakers.state(key)
     }
 
-    fn http_client(&self) -> Result<&reqwest::Client, StepFailure> {
+    fn http_client(&self) -> Result<&http::HttpClient, StepFailure> {
         self.inner.http.as_ref().map_err(|e| {
             StepFailure::new(
                 ErrorClass::Dependency,

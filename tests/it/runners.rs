@@ -5,6 +5,7 @@
 //! they were spliced into shell or SQL text; `splicing_the_payload_would_run_it`
 //! checks that the payload is live, so the inertness tests can fail.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,9 +19,11 @@ use awl::runners::{Attempt, BreakerConfig, Runners, RunnersConfig, StepFailure, 
 use awl::store::StoreLocation;
 use awl::workflow::model::{DatabaseStep, HttpStep, NotifyStep, ShellStep};
 use axum::Router;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{get, post};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::Redirect;
+use axum::routing::{any, get, post};
+use base64::Engine as _;
 use serde_json::{Value, json};
 use sqlx::Connection;
 
@@ -1139,6 +1142,38 @@ async fn serve() -> (String, Server) {
             }),
         )
         .route(
+            "/to-json",
+            get(|| async { (StatusCode::FOUND, [("location", "/json")]) }),
+        )
+        .route("/see-other", post(|| async { Redirect::to("/method") }))
+        .route(
+            "/found",
+            post(|| async { (StatusCode::FOUND, [("location", "/method")]) }),
+        )
+        .route(
+            "/temporary",
+            post(|| async { Redirect::temporary("/method") }),
+        )
+        .route(
+            "/away",
+            get(|Query(q): Query<HashMap<String, String>>| async move {
+                let to = q.get("to").cloned().unwrap_or_default();
+                (StatusCode::FOUND, [("location", to)])
+            }),
+        )
+        .route(
+            "/method",
+            any(
+                |method: Method, headers: HeaderMap, body: String| async move {
+                    axum::Json(json!({
+                        "method": method.as_str(),
+                        "body": body,
+                        "authorization": headers.get("authorization").and_then(|v| v.to_str().ok()),
+                    }))
+                },
+            ),
+        )
+        .route(
             "/hook-down",
             post(|| async { (StatusCode::SERVICE_UNAVAILABLE, "maintenance") }),
         )
@@ -1270,6 +1305,139 @@ async fn runners_http_failures_are_classified() {
 }
 
 #[tokio::test]
+async fn runners_http_redirects_are_followed_as_http_says() {
+    let (base, _server) = serve().await;
+    let (other, _other) = serve().await;
+    let r = Runners::new(RunnersConfig::default());
+    let dir = tmp();
+    let a = attempt(dir.path(), Some(Duration::from_secs(10)));
+
+    // A 302 on a GET is followed to its answer.
+    let out = ok(r
+        .http(&a, &http_step(json!({"url": format!("{base}/to-json")})))
+        .await);
+    assert_eq!(out["body"], json!({"ok": true, "n": 1}));
+
+    // 303, and 302 on a POST: a GET without the body.
+    let post = |path: &str| {
+        http_step(json!({"method": "POST", "url": format!("{base}{path}"), "body": {"x": 1}}))
+    };
+    for path in ["/see-other", "/found"] {
+        let out = ok(r.http(&a, &post(path)).await);
+        assert_eq!(
+            out["body"],
+            json!({"method": "GET", "body": "", "authorization": null}),
+            "{path}"
+        );
+    }
+    // 307: the same POST again, body and all.
+    let out = ok(r.http(&a, &post("/temporary")).await);
+    assert_eq!(
+        out["body"],
+        json!({"method": "POST", "body": "{\"x\":1}", "authorization": null})
+    );
+
+    // Credentials go on to the same origin, not to another one.
+    let away = |to: String| {
+        http_step(json!({
+            "url": format!("{base}/away?to={to}"),
+            "headers": {"Authorization": "Bearer t0ken"},
+        }))
+    };
+    let out = ok(r.http(&a, &away(format!("{base}/method"))).await);
+    assert_eq!(out["body"]["authorization"], "Bearer t0ken");
+    let out = ok(r.http(&a, &away(format!("{other}/method"))).await);
+    assert_eq!(out["body"]["method"], "GET");
+    assert_eq!(out["body"]["authorization"], Value::Null);
+
+    // Credentials in the URL become a Basic header, decoded; the URL shown loses them.
+    let with_user = base.replacen("http://", "http://us%40er:p%3Ass@", 1);
+    let out = ok(r
+        .http(
+            &a,
+            &http_step(json!({"url": format!("{with_user}/method")})),
+        )
+        .await);
+    assert_eq!(
+        out["body"]["authorization"],
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("us@er:p:ss")
+        )
+    );
+
+    // A redirect out of http and https is not followed.
+    let f = failed(r.http(&a, &away("file:///etc/passwd".into())).await);
+    assert_eq!(f.class, ErrorClass::Dependency, "{}", f.message);
+    assert!(
+        f.message.contains("redirect") && f.message.contains("file"),
+        "{}",
+        f.message
+    );
+}
+
+/// A stand-in HTTP proxy: it answers every request itself with the target it was
+/// asked for, which a client speaking to a proxy sends in absolute form.
+async fn stand_in_proxy() -> String {
+    let app = Router::new().fallback(|uri: axum::http::Uri| async move {
+        axum::Json(json!({"proxied": uri.to_string()}))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn runners_http_goes_through_the_proxy_the_environment_sets() {
+    let proxy = stand_in_proxy().await;
+    let (base, _server) = serve().await;
+    let t = TestStore::new(Backend::Sqlite).await;
+    let dir = tmp();
+    std::fs::write(
+        dir.path().join("proxied.awl.yaml"),
+        format!(
+            r#"name: proxied
+version: "1.0.0"
+steps:
+  - id: far
+    type: http
+    url: "http://awl-proxy-check.invalid/asked?x=1"
+  - id: near
+    type: http
+    url: "{base}/json"
+outputs:
+  far: "${{{{ steps.far.outputs.body }}}}"
+  near: "${{{{ steps.near.outputs.body }}}}"
+"#
+        ),
+    )
+    .expect("write the workflow");
+    let awl = crate::support::cli::Awl::bounded(&t.location, 60).in_dir(dir.path());
+    let mut run = awl.command(&["run", "proxied.awl.yaml"]);
+    run.env("HTTP_PROXY", &proxy)
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("http_proxy")
+        .env_remove("no_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy");
+    let out = crate::support::cli::stdout_of("awl run", awl.output_of("awl run", &mut run).await);
+    let outputs: Value = serde_json::from_str(&out).expect("outputs as JSON");
+    // A host that does not resolve, reached through the proxy; the one NO_PROXY
+    // names, directly.
+    assert_eq!(
+        outputs["far"],
+        json!({"proxied": "http://awl-proxy-check.invalid/asked?x=1"}),
+        "{out}"
+    );
+    assert_eq!(outputs["near"], json!({"ok": true, "n": 1}), "{out}");
+}
+
+#[tokio::test]
 async fn runners_http_slow_responses_time_out() {
     let (base, _server) = serve().await;
     let r = Runners::new(RunnersConfig::default());
@@ -1328,6 +1496,38 @@ async fn runners_http_connection_refused_is_network() {
         .await,
     );
     assert_eq!(f.class, ErrorClass::Network, "{}", f.message);
+}
+
+#[tokio::test]
+async fn runners_http_a_tls_handshake_never_answered_is_network() {
+    // A server that accepts and then says nothing: connecting includes the TLS
+    // handshake, so it cannot connect within the connect timeout.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let r = Runners::new(RunnersConfig {
+        connect_timeout: Duration::from_millis(300),
+        ..RunnersConfig::default()
+    });
+    let dir = tmp();
+    let f = fails_within(
+        15,
+        "a TLS handshake never answered",
+        ErrorClass::Network,
+        r.http(
+            &attempt(dir.path(), Some(Duration::from_secs(10))),
+            &http_step(json!({"url": format!("https://{addr}/x")})),
+        ),
+    )
+    .await;
+    assert!(f.message.contains("could not connect"), "{}", f.message);
 }
 
 #[tokio::test]

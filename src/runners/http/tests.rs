@@ -1,4 +1,5 @@
 use super::*;
+use crate::runners::shell::Captured;
 
 #[test]
 fn statuses_are_classified() {
