@@ -56,7 +56,10 @@ async fn exchange_alone(
     in_flight: usize,
     time: Duration,
 ) -> (f64, f64) {
-    let client = reqwest::Client::new();
+    // hyper's pooled client alone: what awl's `http` runner sends through.
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
     let url = format!("http://{server}/ok");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -66,14 +69,14 @@ async fn exchange_alone(
                 (client.clone(), url.clone(), stop.clone(), done.clone());
             tokio::spawn(async move {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let body = client
-                        .get(&url)
-                        .send()
+                    let request = hyper::Request::get(&url)
+                        .body(http_body_util::Full::new(bytes::Bytes::new()))
+                        .expect("request");
+                    let response = client.request(request).await.expect("send");
+                    let body = http_body_util::BodyExt::collect(response.into_body())
                         .await
-                        .expect("send")
-                        .bytes()
-                        .await
-                        .expect("body");
+                        .expect("body")
+                        .to_bytes();
                     let _: serde_json::Value = serde_json::from_slice(&body).expect("json");
                     done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -315,7 +318,7 @@ async fn main() {
         if cfg.steps.is_empty() || cfg.steps.iter().any(|s| s == "http") {
             let (rate, us) = exchange_alone(server, 512, Duration::from_secs(3)).await;
             println!(
-                "\nThe `http` steps' exchange alone (reqwest to the local server, 512 in flight, \
+                "\nThe `http` steps' exchange alone (hyper's client to the local server, 512 in flight, \
                  no awl, no Postgres): {rate:.0} requests/s, {us:.1} µs of this process's CPU each"
             );
         }

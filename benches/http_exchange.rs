@@ -1,0 +1,179 @@
+//! What one `http` step's exchange costs in CPU, without the executor: the same
+//! `GET` to the same local server (axum, as in the executor benchmark), 512 in
+//! flight for 3 s, through
+//!
+//! - `reqwest`: a reqwest client built as awl's `http` runner built it until it
+//!   went to hyper's client directly (connect timeout, user agent);
+//! - `hyper`: hyper-util's pooled client alone, reqwest's own core;
+//! - `awl`: awl's `http` runner itself (`Runners::http`: the direct client, the
+//!   span, the output built from the answer).
+//!
+//! Requests per second and this process's CPU time per request (client and server
+//! both: they share the process), read from /proc. The clients take turns, twice.
+//!
+//! ```sh
+//! cargo bench --bench http_exchange            # every client, two rounds
+//! cargo bench --bench http_exchange -- hyper   # one client, four rounds (for perf)
+//! ```
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use awl::domain::ids::RunId;
+use awl::runners::{Attempt, Runners, RunnersConfig};
+use awl::workflow::model::HttpStep;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+
+type HyperClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    Full<Bytes>,
+>;
+
+/// utime + stime of this process in microseconds (Linux; 100 ticks a second).
+fn cpu_us() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 2..)?
+        .split_whitespace()
+        .collect();
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks * 10_000.0)
+}
+
+async fn local_server() -> std::net::SocketAddr {
+    let app = axum::Router::new().route(
+        "/ok",
+        axum::routing::get(|| async { axum::Json(serde_json::json!({"ok": true})) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+    addr
+}
+
+#[derive(Clone)]
+enum Client {
+    Reqwest(reqwest::Client),
+    Hyper(Box<HyperClient>),
+    Awl(Runners, Arc<HttpStep>),
+}
+
+impl Client {
+    fn named(name: &str, url: &str) -> Self {
+        match name {
+            "reqwest" => Self::Reqwest(
+                reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(10))
+                    .user_agent("awl/0.1.0")
+                    .build()
+                    .expect("client"),
+            ),
+            "hyper" => Self::Hyper(Box::new(
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http(),
+            )),
+            _ => Self::Awl(
+                Runners::new(RunnersConfig::default()),
+                Arc::new(serde_json::from_value(serde_json::json!({"url": url})).expect("a step")),
+            ),
+        }
+    }
+
+    async fn get(&self, url: &str) {
+        match self {
+            Self::Reqwest(c) => {
+                let body = c
+                    .get(url)
+                    .send()
+                    .await
+                    .expect("send")
+                    .bytes()
+                    .await
+                    .expect("body");
+                let _: serde_json::Value = serde_json::from_slice(&body).expect("json");
+            }
+            Self::Hyper(c) => {
+                let request = hyper::Request::get(url)
+                    .header("user-agent", "awl/0.1.0")
+                    .body(Full::new(Bytes::new()))
+                    .expect("request");
+                let body = c.request(request).await.expect("send").into_body();
+                let body = body.collect().await.expect("body").to_bytes();
+                let _: serde_json::Value = serde_json::from_slice(&body).expect("json");
+            }
+            Self::Awl(runners, step) => {
+                let attempt = Attempt {
+                    run_id: RunId::new(),
+                    step_id: "call",
+                    attempt: 1,
+                    idempotency_key: "k",
+                    timeout: Some(Duration::from_secs(30)),
+                    base_dir: std::path::Path::new("."),
+                    mask: &awl::vault::mask::NO_SECRETS,
+                };
+                runners
+                    .http(&attempt, step)
+                    .await
+                    .expect("the step succeeds");
+            }
+        }
+    }
+}
+
+/// Requests per second and CPU µs per request of `name` against `server`.
+async fn measure(name: &str, server: std::net::SocketAddr) -> (f64, f64) {
+    let url = format!("http://{server}/ok");
+    let client = Client::named(name, &url);
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let loops: Vec<_> = (0..512)
+        .map(|_| {
+            let (client, url, stop, done) =
+                (client.clone(), url.clone(), stop.clone(), done.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    client.get(&url).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // Connections opened first: requests on open connections are measured.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (cpu0, n0, t0) = (cpu_us(), done.load(Ordering::Relaxed), Instant::now());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (cpu1, n1, secs) = (
+        cpu_us(),
+        done.load(Ordering::Relaxed),
+        t0.elapsed().as_secs_f64(),
+    );
+    stop.store(true, Ordering::Relaxed);
+    for l in loops {
+        let _ = l.await;
+    }
+    let requests = (n1 - n0) as f64;
+    let us = cpu0.zip(cpu1).map_or(f64::NAN, |(a, b)| (b - a) / requests);
+    (requests / secs, us)
+}
+
+#[tokio::main]
+async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let server = local_server().await;
+    // `cargo bench` passes `--bench`; a client's name picks that one alone.
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let (names, rounds) = match &only {
+        Some(name) => (vec![name.as_str()], 4),
+        None => (vec!["reqwest", "hyper", "awl"], 2),
+    };
+    println!("| client | round | requests/s | CPU µs a request |\n|---|---:|---:|---:|");
+    for round in 1..=rounds {
+        for name in &names {
+            let (rate, us) = measure(name, server).await;
+            println!("| {name} | {round} | {rate:.0} | {us:.1} |");
+        }
+    }
+}
