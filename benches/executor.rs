@@ -33,21 +33,6 @@ use chrono::Utc;
 use serde_json::Map;
 use tokio::sync::watch;
 
-/// A local HTTP server answering `GET /ok` with a small JSON body, for `http`
-/// steps: on loopback, in this process (so on the same 2 cores).
-async fn local_http_server() -> std::net::SocketAddr {
-    let app = axum::Router::new().route(
-        "/ok",
-        axum::routing::get(|| async { axum::Json(serde_json::json!({"ok": true})) }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-    addr
-}
-
 /// The floor under an `http` step: the same GET to the same server with nothing
 /// else, `in_flight` at a time for `time`. Requests per second, and this process's
 /// CPU time per request (client and server: both are in it) in microseconds.
@@ -108,6 +93,8 @@ async fn exchange_alone(
     (requests / secs, us)
 }
 
+#[path = "support/local_http.rs"]
+mod local_http;
 #[path = "support/runs.rs"]
 mod runs_support;
 mod support;
@@ -264,7 +251,7 @@ async fn main() {
         // recorded as started before it is performed and its outcome after: every
         // step is a start commit and an outcome commit, batched across runs. `http`
         // calls a local server; `shell` starts a process.
-        let server = local_http_server().await;
+        let server = local_http::local_http_server().await;
         let http = format!("type: http, method: GET, url: \"http://{server}/ok\"");
         for (label, key, body) in [
             ("noop", "noop", "tool: noop".to_string()),

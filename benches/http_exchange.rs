@@ -25,6 +25,9 @@ use awl::workflow::model::HttpStep;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 
+#[path = "support/local_http.rs"]
+mod local_http;
+
 type HyperClient = hyper_util::client::legacy::Client<
     hyper_util::client::legacy::connect::HttpConnector,
     Full<Bytes>,
@@ -39,19 +42,6 @@ fn cpu_us() -> Option<f64> {
         .collect();
     let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
     Some(ticks * 10_000.0)
-}
-
-async fn local_server() -> std::net::SocketAddr {
-    let app = axum::Router::new().route(
-        "/ok",
-        axum::routing::get(|| async { axum::Json(serde_json::json!({"ok": true})) }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-    addr
 }
 
 #[derive(Clone)]
@@ -162,7 +152,7 @@ async fn measure(name: &str, server: std::net::SocketAddr) -> (f64, f64) {
 #[tokio::main]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let server = local_server().await;
+    let server = local_http::local_http_server().await;
     // `cargo bench` passes `--bench`; a client's name picks that one alone.
     let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let (names, rounds) = match &only {

@@ -111,22 +111,10 @@ pub(super) struct Answer {
 }
 
 impl HttpClient {
-    /// The client with the proxies the environment sets, as curl reads them.
+    /// The client with the proxies the environment sets, as curl reads them: the
+    /// destinations they intercept go through a reqwest client, which reads the
+    /// same settings.
     pub(super) fn from_env(connect_timeout: Duration) -> Result<Self, String> {
-        Self::build(
-            connect_timeout,
-            Matcher::from_env(),
-            reqwest::Client::builder(),
-        )
-    }
-
-    /// `proxies` decides which destinations go through `proxied`, a reqwest
-    /// client whose builder is given the same proxies.
-    pub(super) fn build(
-        connect_timeout: Duration,
-        proxies: Matcher,
-        proxied: reqwest::ClientBuilder,
-    ) -> Result<Self, String> {
         // reqwest is built without a default crypto provider; awl uses ring. Installing
         // twice is refused, which is fine: one is installed either way.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -152,14 +140,14 @@ impl HttpClient {
                 inner: https,
                 limit: connect_timeout,
             });
-        let proxied = proxied
+        let proxied = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .user_agent(USER_AGENT)
             .build()
             .map_err(|e| error_chain(&e))?;
         Ok(Self {
             direct,
-            proxies,
+            proxies: Matcher::from_env(),
             proxied,
         })
     }
