@@ -14,7 +14,13 @@
 //! ```sh
 //! cargo bench --bench http_exchange            # every client, two rounds
 //! cargo bench --bench http_exchange -- hyper   # one client, four rounds (for perf)
+//! cargo bench --bench http_exchange -- awl --count 20000   # exactly 20,000 requests, once
 //! ```
+//!
+//! `--count N` sends exactly N requests (N/512 a loop) and stops: under
+//! `valgrind --tool=callgrind`, the instructions of two counts' runs, subtracted and
+//! divided by the difference, are a request's cost in instructions, which do not
+//! move with the machine's speed or load as CPU time does.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -113,6 +119,27 @@ impl Client {
     }
 }
 
+/// Exactly `count` requests through `name` (`count / 512` a loop): the time taken.
+async fn send_count(name: &str, server: std::net::SocketAddr, count: usize) -> Duration {
+    let url = format!("http://{server}/ok");
+    let client = Client::named(name, &url);
+    let started = Instant::now();
+    let loops: Vec<_> = (0..512)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move {
+                for _ in 0..count / 512 {
+                    client.get(&url).await;
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.await.expect("a loop");
+    }
+    started.elapsed()
+}
+
 /// Requests per second and CPU µs per request of `name` against `server`.
 async fn measure(name: &str, server: std::net::SocketAddr) -> (f64, f64) {
     let url = format!("http://{server}/ok");
@@ -154,7 +181,24 @@ async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let server = local_http::local_http_server().await;
     // `cargo bench` passes `--bench`; a client's name picks that one alone.
-    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let (mut only, mut count) = (None, None);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--count" => {
+                let n = args.next().and_then(|n| n.parse::<usize>().ok());
+                count = Some(n.expect("--count takes a number"));
+            }
+            flag if flag.starts_with('-') => {}
+            name => only = Some(name.to_string()),
+        }
+    }
+    if let Some(count) = count {
+        let name = only.as_deref().unwrap_or("awl");
+        let took = send_count(name, server, count).await;
+        println!("{name}: {} requests in {took:?}", count / 512 * 512);
+        return;
+    }
     let (names, rounds) = match &only {
         Some(name) => (vec![name.as_str()], 4),
         None => (vec!["reqwest", "hyper", "awl"], 2),
