@@ -587,7 +587,9 @@ impl Worker {
                 let clock = self.clock.clone();
                 tokio::spawn(async move {
                     if !rate.is_empty() {
-                        let report = match rate::take(&store, &rate, clock()).await {
+                        // Boxed: most steps have no rate limit, and inline this
+                        // store future would make every step's task as large as it.
+                        let report = match Box::pin(rate::take(&store, &rate, clock())).await {
                             Token::Go => None,
                             Token::Later { limit, until } => Some(Report::Throttled(
                                 Throttled {
