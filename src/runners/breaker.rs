@@ -151,50 +151,60 @@ impl Breakers {
     }
 
     /// Ask to make a call under `key`'s breaker.
-    pub(crate) fn acquire(&self, key: &str) -> Result<Permit, BreakerOpen> {
+    ///
+    /// A closed breaker with no failures has no entry in the map, so while every
+    /// dependency answers, the map is empty and asking (and recording a success)
+    /// hashes nothing.
+    pub(crate) fn acquire(&self, key: impl Into<String>) -> Result<Permit, BreakerOpen> {
+        let key = key.into();
         if self.config.failures == 0 {
             return Ok(Permit {
                 breakers: None,
-                key: String::new(),
+                key,
                 trial: None,
                 recorded: true,
             });
         }
-        let now = self.clock.now();
-        let mut states = self.lock();
-        let st = states.entry(key.to_string()).or_default();
         let mut trial = None;
-        if let Some(until) = st.open_until {
-            if now < until {
-                let remaining = until - now;
-                let wall = chrono::Utc::now()
-                    + chrono::Duration::from_std(remaining).unwrap_or(chrono::Duration::zero());
-                return Err(BreakerOpen::Open {
-                    key: key.to_string(),
-                    failures: st.consecutive_failures,
-                    remaining,
-                    until: wall.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                });
+        {
+            let mut states = self.lock();
+            let st = if states.is_empty() {
+                None
+            } else {
+                states.get_mut(key.as_str())
+            };
+            if let Some(st) = st
+                && let Some(until) = st.open_until
+            {
+                let now = self.clock.now();
+                if now < until {
+                    let remaining = until - now;
+                    let wall = chrono::Utc::now()
+                        + chrono::Duration::from_std(remaining).unwrap_or(chrono::Duration::zero());
+                    return Err(BreakerOpen::Open {
+                        failures: st.consecutive_failures,
+                        key,
+                        remaining,
+                        until: wall.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    });
+                }
+                if st.trial.is_some() {
+                    return Err(BreakerOpen::TrialRunning { key });
+                }
+                let id = self.next_trial.fetch_add(1, Ordering::Relaxed);
+                st.trial = Some(id);
+                trial = Some(id);
             }
-            if st.trial.is_some() {
-                return Err(BreakerOpen::TrialRunning {
-                    key: key.to_string(),
-                });
-            }
-            let id = self.next_trial.fetch_add(1, Ordering::Relaxed);
-            st.trial = Some(id);
-            trial = Some(id);
         }
         Ok(Permit {
             breakers: Some(self.clone()),
-            key: key.to_string(),
+            key,
             trial,
             recorded: false,
         })
     }
 
     fn record(&self, key: &str, trial: Option<u64>, outcome: Outcome) {
-        let now = self.clock.now();
         let mut states = self.lock();
         // A trial decides the half-open state only while it is the current trial;
         // otherwise (another call closed the breaker meanwhile) it is an ordinary
@@ -203,9 +213,12 @@ impl Breakers {
         match outcome {
             Outcome::Success => {
                 // Closed with no failures is the same as no entry.
-                states.remove(key);
+                if !states.is_empty() {
+                    states.remove(key);
+                }
             }
             Outcome::Failure => {
+                let now = self.clock.now();
                 let st = states.entry(key.to_string()).or_default();
                 st.consecutive_failures = st.consecutive_failures.saturating_add(1);
                 if trial {

@@ -30,10 +30,12 @@
 //! message (a mention already written `@name` or `<@id>` is kept as it is); a
 //! failed delivery is classified like an `http` step.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
+use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Method, Url};
 use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
@@ -50,9 +52,11 @@ const NOTIFY_RESPONSE_BYTES: u64 = 64 * 1024;
 const MESSAGE_BODY_BYTES: usize = 300;
 
 mod client;
+mod target;
 
 use client::Answer;
 pub(crate) use client::HttpClient;
+use target::Target;
 
 /// The client every `http` and `notify` step shares.
 pub(super) fn client(config: &RunnersConfig) -> Result<HttpClient, String> {
@@ -63,7 +67,7 @@ pub(super) fn client(config: &RunnersConfig) -> Result<HttpClient, String> {
 #[derive(Debug, Clone)]
 pub(super) struct Request {
     method: Method,
-    url: Url,
+    target: Arc<Target>,
     headers: HeaderMap,
     body: Option<Value>,
     cap: u64,
@@ -71,45 +75,34 @@ pub(super) struct Request {
 }
 
 impl Request {
-    /// `host:port`, the key of the breaker.
-    pub(super) fn host_key(&self) -> String {
-        host_key(&self.url)
+    /// `http:host:port`, the key of the breaker.
+    pub(super) fn breaker_key(&self) -> String {
+        self.target.breaker_key.clone()
     }
 }
 
-fn host_key(url: &Url) -> String {
-    let host = url.host_str().unwrap_or_default();
-    match url.port_or_known_default() {
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_string(),
-    }
+/// How messages name a request: `GET https://host/path` (the URL without
+/// credentials, query or fragment). Written only when a message is: a step that
+/// succeeds writes none.
+#[derive(Clone, Copy)]
+pub(super) struct Shown<'a> {
+    method: &'a Method,
+    url: &'a str,
 }
 
-/// The URL as messages show it: no credentials, no query, no fragment.
-fn redacted(url: &Url) -> String {
-    let mut shown = url.clone();
-    let _ = shown.set_username("");
-    let _ = shown.set_password(None);
-    shown.set_query(None);
-    shown.set_fragment(None);
-    shown.to_string()
-}
-
-fn parse_url(raw: &str) -> Result<Url, StepFailure> {
-    let url = Url::parse(raw)
-        .map_err(|e| StepFailure::validation(format!("`url` is not a valid URL: {e}")))?;
-    match url.scheme() {
-        "http" | "https" => {}
-        other => {
-            return Err(StepFailure::validation(format!(
-                "`url` has scheme `{other}`: only http and https are allowed"
-            )));
+impl<'a> Shown<'a> {
+    fn of(req: &'a Request) -> Self {
+        Self {
+            method: &req.method,
+            url: &req.target.shown,
         }
     }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(StepFailure::validation("`url` has no host"));
+}
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.method, self.url)
     }
-    Ok(url)
 }
 
 fn method(m: HttpMethod) -> Method {
@@ -123,8 +116,12 @@ fn method(m: HttpMethod) -> Method {
     }
 }
 
-pub(super) fn prepare(step: &HttpStep, default_cap: u64) -> Result<Request, StepFailure> {
-    let url = parse_url(&step.url)?;
+pub(super) fn prepare(
+    client: &HttpClient,
+    step: &HttpStep,
+    default_cap: u64,
+) -> Result<Request, StepFailure> {
+    let target = client.target(&step.url)?;
     let mut headers = HeaderMap::new();
     for (name, value) in &step.headers {
         let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
@@ -141,7 +138,7 @@ pub(super) fn prepare(step: &HttpStep, default_cap: u64) -> Result<Request, Step
     }
     Ok(Request {
         method: method(step.method),
-        url,
+        target,
         headers,
         body: step.body.clone(),
         cap: step.max_response_bytes.unwrap_or(default_cap),
@@ -176,18 +173,17 @@ pub(super) async fn send(
     a: &Attempt<'_>,
     req: Request,
 ) -> Result<StepSuccess, StepFailure> {
-    let redacted_url = redacted(&req.url);
-    let shown = format!("{} {redacted_url}", req.method);
-    let url_shown = a.mask.apply(&redacted_url).into_owned();
+    let shown = Shown::of(&req);
     // A client span (the HTTP semantic conventions) whose context the request carries
-    // as `traceparent`, so the called service joins the run's trace.
+    // as `traceparent`, so the called service joins the run's trace. Its fields are
+    // worked out only when it is enabled.
     let span = tracing::info_span!(
         "http.client",
         otel.name = %req.method,
         otel.kind = "client",
         http.request.method = %req.method,
-        url.full = %url_shown,
-        server.address = req.url.host_str().unwrap_or_default(),
+        url.full = %a.mask.apply(&req.target.shown),
+        server.address = req.target.url.host_str().unwrap_or_default(),
         http.response.status_code = tracing::field::Empty,
     );
     let exchange = async {
@@ -197,13 +193,13 @@ pub(super) async fn send(
         } else {
             telemetry::propagation_headers(&tracing::Span::current())
         };
-        client.exchange(&req, trace, &shown).await
+        client.exchange(&req, trace, shown).await
     }
     .instrument(span.clone());
     let answer = match a.timeout {
         Some(limit) => tokio::time::timeout(limit, exchange)
             .await
-            .map_err(|_| timed_out(&shown, limit))??,
+            .map_err(|_| timed_out(shown, limit))??,
         None => exchange.await?,
     };
     span.record("http.response.status_code", answer.status);
@@ -225,7 +221,7 @@ pub(super) async fn send(
     Err(StepFailure::new(class, message).with_output(answer.into_output()))
 }
 
-fn timed_out(shown: &str, limit: Duration) -> StepFailure {
+fn timed_out(shown: Shown<'_>, limit: Duration) -> StepFailure {
     StepFailure::new(
         ErrorClass::Timeout,
         format!("{shown} timed out after {limit:?}"),
@@ -285,10 +281,14 @@ pub(super) fn webhook_body(step: &NotifyStep) -> Value {
     json!({ "text": text, "content": text })
 }
 
-pub(super) fn prepare_notify(step: &NotifyStep, url: &str) -> Result<Request, StepFailure> {
+pub(super) fn prepare_notify(
+    client: &HttpClient,
+    step: &NotifyStep,
+    url: &str,
+) -> Result<Request, StepFailure> {
     Ok(Request {
         method: Method::POST,
-        url: parse_url(url)?,
+        target: client.target(url)?,
         headers: HeaderMap::new(),
         body: Some(webhook_body(step)),
         cap: NOTIFY_RESPONSE_BYTES,

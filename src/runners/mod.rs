@@ -290,8 +290,8 @@ impl Runners {
     /// Run an `http` step: see the `http` module for the rules.
     pub async fn http(&self, a: &Attempt<'_>, step: &HttpStep) -> Result<StepSuccess, StepFailure> {
         let client = self.http_client()?;
-        let request = http::prepare(step, self.inner.config.max_output_bytes_default)?;
-        let key = format!("http:{}", request.host_key());
+        let request = http::prepare(client, step, self.inner.config.max_output_bytes_default)?;
+        let key = request.breaker_key();
         self.guarded(key, http::send(client, a, request)).await
     }
 
@@ -321,8 +321,8 @@ impl Runners {
             return Ok(StepSuccess::output(http::notify_record(step, None)));
         };
         let client = self.http_client()?;
-        let request = http::prepare_notify(step, url)?;
-        let key = format!("http:{}", request.host_key());
+        let request = http::prepare_notify(client, step, url)?;
+        let key = request.breaker_key();
         self.guarded(key, http::send_notify(client, a, step, request))
             .await
     }
@@ -395,7 +395,7 @@ impl Runners {
         let permit = self
             .inner
             .breakers
-            .acquire(&key)
+            .acquire(key)
             .map_err(|open| StepFailure::new(ErrorClass::Dependency, open.to_string()))?;
         let result = call.await;
         permit.record(breaker::Outcome::of(&result));

@@ -18,9 +18,9 @@
 //! resend the request as it was. Credentials (`authorization`, `cookie`,
 //! `proxy-authorization`) are not sent on to another origin.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -34,7 +34,8 @@ use rustls_platform_verifier::ConfigVerifierExt;
 use serde_json::{Map, Value};
 use tokio::net::TcpStream;
 
-use super::Request;
+use super::target::{Target, Targets, uri_of};
+use super::{Request, Shown};
 use crate::domain::run::ErrorClass;
 use crate::runners::StepFailure;
 use crate::runners::shell::Captured;
@@ -90,6 +91,8 @@ impl tower_service::Service<Uri> for TimedConnector {
 /// The client every `http` and `notify` step shares.
 pub(crate) struct HttpClient {
     direct: Direct,
+    /// The URLs steps asked for, worked out once.
+    targets: Targets,
     /// Destinations the proxy settings intercept go through reqwest.
     proxies: Matcher,
     proxied: reqwest::Client,
@@ -147,9 +150,16 @@ impl HttpClient {
             .map_err(|e| error_chain(&e))?;
         Ok(Self {
             direct,
+            targets: Targets::default(),
             proxies: Matcher::from_env(),
             proxied,
         })
+    }
+
+    /// Where a step's `url` goes: checked, worked out, and kept for the next step
+    /// that asks (see the `target` module).
+    pub(super) fn target(&self, url: &str) -> Result<Arc<Target>, StepFailure> {
+        self.targets.get(url)
     }
 
     /// Send `req` (`shown` names it in messages) and read the answer, its body up
@@ -158,17 +168,17 @@ impl HttpClient {
         &self,
         req: &Request,
         extra: Vec<(String, String)>,
-        shown: &str,
+        shown: Shown<'_>,
     ) -> Result<Answer, StepFailure> {
-        let mut url = req.url.clone();
-        let credentials = take_credentials(&mut url);
-        let uri = uri_of(&url)?;
-        if self.proxies.intercept(&uri).is_some() {
+        let target = &req.target;
+        if self.proxies.intercept(&target.uri).is_some() {
             return self.through_proxy(req, extra, shown).await;
         }
         let mut headers = req.headers.clone();
-        if let Some(basic) = credentials {
-            headers.entry(header::AUTHORIZATION).or_insert(basic);
+        if let Some(basic) = &target.credentials {
+            headers
+                .entry(header::AUTHORIZATION)
+                .or_insert_with(|| basic.clone());
         }
         for (name, value) in extra {
             if let (Ok(name), Ok(value)) = (
@@ -198,8 +208,8 @@ impl HttpClient {
         self.follow(
             Hop {
                 method: req.method.clone(),
-                url,
-                uri,
+                url: target.url.clone(),
+                uri: target.uri.clone(),
                 headers,
                 body,
             },
@@ -210,7 +220,12 @@ impl HttpClient {
     }
 
     /// Send `hop`, and the hops its redirects lead to.
-    async fn follow(&self, mut hop: Hop, cap: u64, shown: &str) -> Result<Answer, StepFailure> {
+    async fn follow(
+        &self,
+        mut hop: Hop,
+        cap: u64,
+        shown: Shown<'_>,
+    ) -> Result<Answer, StepFailure> {
         let mut redirects = 0;
         loop {
             let mut request = hyper::Request::new(Full::new(hop.body.clone()));
@@ -257,12 +272,17 @@ impl HttpClient {
         &self,
         req: &Request,
         extra: Vec<(String, String)>,
-        shown: &str,
+        shown: Shown<'_>,
     ) -> Result<Answer, StepFailure> {
         let mut builder = self
             .proxied
-            .request(req.method.clone(), req.url.clone())
+            .request(req.method.clone(), req.target.url.clone())
             .headers(req.headers.clone());
+        if let Some(basic) = &req.target.credentials
+            && !req.headers.contains_key(header::AUTHORIZATION)
+        {
+            builder = builder.header(header::AUTHORIZATION, basic.clone());
+        }
         for (name, value) in extra {
             if !req.headers.contains_key(name.as_str()) {
                 builder = builder.header(name, value);
@@ -352,42 +372,12 @@ fn redirected(hop: &Hop, status: StatusCode, location: &str) -> Result<Option<Ho
     }))
 }
 
-/// Credentials in the URL (`https://user:pass@host/`) taken out of it, as the
-/// `Authorization: Basic` header they stand for (a header the step sets wins).
-fn take_credentials(url: &mut Url) -> Option<HeaderValue> {
-    if url.username().is_empty() && url.password().is_none() {
-        return None;
-    }
-    let decode = |part: &str| {
-        percent_encoding::percent_decode_str(part)
-            .decode_utf8_lossy()
-            .into_owned()
-    };
-    let pair = format!(
-        "{}:{}",
-        decode(url.username()),
-        url.password().map(decode).unwrap_or_default()
-    );
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
-    let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
-    let mut value = HeaderValue::from_str(&format!("Basic {encoded}")).ok()?;
-    value.set_sensitive(true);
-    Some(value)
-}
-
-fn uri_of(url: &Url) -> Result<Uri, StepFailure> {
-    url.as_str()
-        .parse()
-        .map_err(|e| StepFailure::validation(format!("`url` cannot be requested: {e}")))
-}
-
 async fn read_direct(
     status: StatusCode,
     headers: &HeaderMap,
     mut incoming: hyper::body::Incoming,
     cap: u64,
-    shown: &str,
+    shown: Shown<'_>,
 ) -> Result<Answer, StepFailure> {
     let mut body = Captured::default();
     while let Some(frame) = incoming.frame().await {
@@ -433,7 +423,7 @@ fn answer(status: StatusCode, headers: &HeaderMap, body: Captured) -> Answer {
 
 /// A failure before a complete answer on the direct path: no connection (refused,
 /// DNS, TLS, nothing within `connect_timeout`), or the connection failed us.
-fn direct_failure(e: &hyper_util::client::legacy::Error, shown: &str) -> StepFailure {
+fn direct_failure(e: &hyper_util::client::legacy::Error, shown: Shown<'_>) -> StepFailure {
     let what = if e.is_connect() {
         "could not connect"
     } else {
@@ -446,7 +436,7 @@ fn direct_failure(e: &hyper_util::client::legacy::Error, shown: &str) -> StepFai
 }
 
 /// The same through reqwest.
-fn proxied_failure(e: reqwest::Error, shown: &str) -> StepFailure {
+fn proxied_failure(e: reqwest::Error, shown: Shown<'_>) -> StepFailure {
     // Connecting comes first: running out of `connect_timeout` is a connection that
     // could not be made, not the attempt's timeout (which is timed around the send).
     let (class, what) = if e.is_connect() {
