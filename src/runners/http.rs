@@ -1,8 +1,9 @@
 //! `http` steps and `notify` webhooks.
 //!
 //! One shared client (`client`: hyper's pool over rustls with the ring provider,
-//! redirects followed there, reqwest where a proxy is configured), `http` and
-//! `https` URLs only, the attempt's timeout over the whole exchange, and the
+//! redirects followed there, reqwest where a proxy is configured; each step URL
+//! worked out once and kept, in `target`), `http` and `https` URLs only, the
+//! attempt's timeout over the whole exchange, and the
 //! response body streamed and cut at the step's cap (reading stops there: a huge
 //! or endless body costs at most the cap). URLs in messages lose their query string
 //! and credentials, which is where tokens tend to be.
