@@ -1379,9 +1379,15 @@ async fn runners_http_redirects_are_followed_as_http_says() {
 /// A stand-in HTTP proxy: it answers every request itself with the target it was
 /// asked for, which a client speaking to a proxy sends in absolute form.
 async fn stand_in_proxy() -> String {
-    let app = Router::new().fallback(|uri: axum::http::Uri| async move {
-        axum::Json(json!({"proxied": uri.to_string()}))
-    });
+    let app = Router::new().fallback(
+        |uri: axum::http::Uri, headers: axum::http::HeaderMap| async move {
+            let authorization = headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            axum::Json(json!({"proxied": uri.to_string(), "authorization": authorization}))
+        },
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -1406,7 +1412,7 @@ version: "1.0.0"
 steps:
   - id: far
     type: http
-    url: "http://awl-proxy-check.invalid/asked?x=1"
+    url: "http://alice:s3cret@awl-proxy-check.invalid/asked?x=1"
   - id: near
     type: http
     url: "{base}/json"
@@ -1427,11 +1433,15 @@ outputs:
         .env_remove("all_proxy");
     let out = crate::support::cli::stdout_of("awl run", awl.output_of("awl run", &mut run).await);
     let outputs: Value = serde_json::from_str(&out).expect("outputs as JSON");
-    // A host that does not resolve, reached through the proxy; the one NO_PROXY
-    // names, directly.
+    // A host that does not resolve, reached through the proxy, the URL's credentials
+    // sent as `Authorization: Basic` (base64 of `alice:s3cret`) and not in the URL;
+    // the one NO_PROXY names, directly.
     assert_eq!(
         outputs["far"],
-        json!({"proxied": "http://awl-proxy-check.invalid/asked?x=1"}),
+        json!({
+            "proxied": "http://awl-proxy-check.invalid/asked?x=1",
+            "authorization": "Basic YWxpY2U6czNjcmV0",
+        }),
         "{out}"
     );
     assert_eq!(outputs["near"], json!({"ok": true, "n": 1}), "{out}");
