@@ -172,8 +172,10 @@ impl Answer {
 pub(super) async fn send(
     client: &HttpClient,
     a: &Attempt<'_>,
-    req: Request,
+    mut req: Request,
 ) -> Result<StepSuccess, StepFailure> {
+    // The step's headers go to the exchange as they are, not copied.
+    let headers = std::mem::take(&mut req.headers);
     let shown = Shown::of(&req);
     // A client span (the HTTP semantic conventions) whose context the request carries
     // as `traceparent`, so the called service joins the run's trace. Its fields are
@@ -189,12 +191,12 @@ pub(super) async fn send(
     );
     let exchange = async {
         // The span's context, unless the step sets its own.
-        let trace = if req.headers.contains_key("traceparent") {
+        let trace = if headers.contains_key("traceparent") {
             Vec::new()
         } else {
             telemetry::propagation_headers(&tracing::Span::current())
         };
-        client.exchange(&req, trace, shown).await
+        client.exchange(&req, headers, trace, shown).await
     }
     .instrument(span.clone());
     let answer = match a.timeout {

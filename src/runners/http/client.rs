@@ -162,19 +162,19 @@ impl HttpClient {
         self.targets.get(url)
     }
 
-    /// Send `req` (`shown` names it in messages) and read the answer, its body up
-    /// to the request's cap. The attempt's timeout is the caller's, around all of it.
+    /// Send `req` with the step's `headers` (`shown` names it in messages) and read
+    /// the answer, its body up to the request's cap. The attempt's timeout is the caller's, around all of it.
     pub(super) async fn exchange(
         &self,
         req: &Request,
+        mut headers: HeaderMap,
         extra: Vec<(String, String)>,
         shown: Shown<'_>,
     ) -> Result<Answer, StepFailure> {
         let target = &req.target;
         if self.proxies.intercept(&target.uri).is_some() {
-            return self.through_proxy(req, extra, shown).await;
+            return self.through_proxy(req, headers, extra, shown).await;
         }
-        let mut headers = req.headers.clone();
         if let Some(basic) = &target.credentials {
             headers
                 .entry(header::AUTHORIZATION)
@@ -271,23 +271,24 @@ impl HttpClient {
     async fn through_proxy(
         &self,
         req: &Request,
+        headers: HeaderMap,
         extra: Vec<(String, String)>,
         shown: Shown<'_>,
     ) -> Result<Answer, StepFailure> {
         let mut builder = self
             .proxied
-            .request(req.method.clone(), req.target.url.clone())
-            .headers(req.headers.clone());
+            .request(req.method.clone(), req.target.url.clone());
         if let Some(basic) = &req.target.credentials
-            && !req.headers.contains_key(header::AUTHORIZATION)
+            && !headers.contains_key(header::AUTHORIZATION)
         {
             builder = builder.header(header::AUTHORIZATION, basic.clone());
         }
         for (name, value) in extra {
-            if !req.headers.contains_key(name.as_str()) {
+            if !headers.contains_key(name.as_str()) {
                 builder = builder.header(name, value);
             }
         }
+        builder = builder.headers(headers);
         if let Some(body) = &req.body {
             builder = builder.json(body);
         }
