@@ -11,7 +11,7 @@ use chrono::Utc;
 use serde_json::json;
 use tokio::sync::{Barrier, watch};
 
-use crate::support::{Backend, TestStore, append, stream, within};
+use crate::support::{Backend, TestStore, append, events, stream, within};
 
 const WRITERS: usize = 16;
 const EACH: usize = 20;
@@ -262,4 +262,200 @@ pub async fn a_follower_lease_is_renewed_by_its_keeper_and_given_up(backend: Bac
     assert!(other().await, "the lease was given up");
     let start = t.store.follower_checkpoint("test-follower").await.unwrap();
     assert_eq!(start, Some(7), "the row made at the keeper's start");
+}
+
+/// A batch that waits for the log's writer behind another batch on the same streams
+/// is judged on the versions that batch left, whatever it read while it waited: an
+/// expected version the other batch moved on is a conflict that reports the version
+/// as it now is, and a batch expecting any version lands after it. (On Postgres the
+/// versions are read before the log's lock is taken and checked under it.)
+pub async fn a_batch_waiting_behind_another_is_judged_on_what_that_one_wrote(backend: Backend) {
+    let t = TestStore::new(backend).await;
+    let a = stream(StreamType::Run, "a");
+    let b = stream(StreamType::Run, "b");
+    let mut setup = t.store.begin().await.unwrap();
+    setup
+        .append(&[
+            append(&a, ExpectedVersion::NoStream, events(0, 1)),
+            append(&b, ExpectedVersion::NoStream, events(0, 1)),
+        ])
+        .await
+        .unwrap();
+    setup.commit().await.unwrap();
+
+    // What the waiting batch expects of each stream: the versions as they were
+    // (refused), the versions the other batch leaves (it lands), any (it lands).
+    for case in ["as they were", "as they will be", "any"] {
+        let before = t.store.read_stream(&a).await.unwrap().len() as i64;
+        let expected = match case {
+            "as they were" => ExpectedVersion::Exactly(before),
+            "as they will be" => ExpectedVersion::Exactly(before + 2),
+            _ => ExpectedVersion::Any,
+        };
+        let mut first = t.store.begin().await.unwrap();
+        first
+            .append(&[
+                append(&a, ExpectedVersion::Exactly(before), events(0, 2)),
+                append(&b, ExpectedVersion::Exactly(before), events(0, 2)),
+            ])
+            .await
+            .unwrap();
+        let (store, a2, b2) = (t.store.clone(), a.clone(), b.clone());
+        let second = tokio::spawn(async move {
+            let mut tx = store.begin().await?;
+            let results = tx
+                .append_each(&[
+                    append(&a2, expected.clone(), events(0, 1)),
+                    append(&b2, expected, events(0, 1)),
+                ])
+                .await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(results)
+        });
+        // Long enough for the second batch to read the versions and wait.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        first.commit().await.unwrap();
+        let results = within(10, "the waiting batch", second)
+            .await
+            .unwrap()
+            .unwrap();
+        for r in &results {
+            if case == "as they were" {
+                assert!(
+                    matches!(r, Err(StoreError::Conflict { actual, .. }) if *actual == before + 2),
+                    "{case}: {results:?}"
+                );
+            } else {
+                let appended = r.as_ref().expect(case);
+                assert_eq!(appended.stream_version, before + 3, "{case}");
+            }
+        }
+    }
+    let all = t
+        .store
+        .read_page(0, 1000, &awl::log::EventFilter::default())
+        .await
+        .unwrap()
+        .0;
+    assert_eq!(
+        all.iter().map(|e| e.position).collect::<Vec<_>>(),
+        (1..=all.len() as i64).collect::<Vec<_>>(),
+        "positions are dense"
+    );
+    for s in [&a, &b] {
+        let versions: Vec<i64> = t
+            .store
+            .read_stream(s)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.version)
+            .collect();
+        assert_eq!(versions, (1..=9).collect::<Vec<_>>());
+    }
+}
+
+/// Eight writers append batches to two shared streams and one of their own at once,
+/// retrying each refused request from the version its conflict reports: every event
+/// lands exactly once, each stream's versions run 1..n, and positions are dense.
+pub async fn batches_race_on_shared_streams(backend: Backend) {
+    const BATCH_WRITERS: usize = 8;
+    const BATCHES: usize = 12;
+    let t = TestStore::new(backend).await;
+    let shared = [
+        stream(StreamType::Run, "shared-1"),
+        stream(StreamType::Run, "shared-2"),
+    ];
+    let barrier = Arc::new(Barrier::new(BATCH_WRITERS));
+    let mut handles = Vec::new();
+    for w in 0..BATCH_WRITERS {
+        let (store, shared, barrier) = (t.store.clone(), shared.clone(), barrier.clone());
+        handles.push(tokio::spawn(async move {
+            let own = stream(StreamType::Run, format!("own-{w}"));
+            // What each stream is believed to hold, and how many events each has
+            // landed of this writer's.
+            let mut expected = [0i64; 2];
+            let mut landed = [0usize; 2];
+            let mut conflicts = 0usize;
+            barrier.wait().await;
+            while landed.iter().any(|&n| n < BATCHES) {
+                let pending: Vec<usize> = (0..2).filter(|&i| landed[i] < BATCHES).collect();
+                let mut requests: Vec<_> = pending
+                    .iter()
+                    .map(|&i| {
+                        let event = NewEvent::new(
+                            "race.batch",
+                            1,
+                            json!({ "writer": w, "seq": landed[i] }),
+                        );
+                        let version = match expected[i] {
+                            0 => ExpectedVersion::NoStream,
+                            v => ExpectedVersion::Exactly(v),
+                        };
+                        append(&shared[i], version, vec![event])
+                    })
+                    .collect();
+                requests.push(append(
+                    &own,
+                    ExpectedVersion::Any,
+                    vec![NewEvent::new("race.own", 1, json!({}))],
+                ));
+                let mut tx = store.begin().await?;
+                let results = tx.append_each(&requests).await?;
+                tx.commit().await?;
+                for (&i, result) in pending.iter().zip(&results) {
+                    match result {
+                        Ok(appended) => {
+                            expected[i] = appended.stream_version;
+                            landed[i] += 1;
+                        }
+                        Err(StoreError::Conflict { actual, .. }) => {
+                            assert!(*actual > expected[i], "a conflict reports a newer version");
+                            expected[i] = *actual;
+                            conflicts += 1;
+                        }
+                        Err(e) => panic!("writer {w}: {e}"),
+                    }
+                }
+                assert!(results.last().is_some_and(|r| r.is_ok()), "{results:?}");
+            }
+            Ok::<_, StoreError>(conflicts)
+        }));
+    }
+    let mut conflicts = 0;
+    for h in handles {
+        conflicts += within(60, "the batch writers", h).await.unwrap().unwrap();
+    }
+    assert!(
+        conflicts > 0,
+        "eight writers on two streams must collide at least once"
+    );
+    for s in &shared {
+        let stored = t.store.read_stream(s).await.unwrap();
+        assert_eq!(
+            stored.iter().map(|e| e.version).collect::<Vec<_>>(),
+            (1..=(BATCH_WRITERS * BATCHES) as i64).collect::<Vec<_>>()
+        );
+        let distinct: HashSet<(u64, u64)> = stored
+            .iter()
+            .map(|e| {
+                (
+                    e.payload["writer"].as_u64().unwrap(),
+                    e.payload["seq"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(distinct.len(), BATCH_WRITERS * BATCHES, "no event twice");
+    }
+    let all = t
+        .store
+        .read_page(0, 100_000, &awl::log::EventFilter::default())
+        .await
+        .unwrap()
+        .0;
+    assert_eq!(
+        all.iter().map(|e| e.position).collect::<Vec<_>>(),
+        (1..=all.len() as i64).collect::<Vec<_>>(),
+        "positions are dense"
+    );
 }

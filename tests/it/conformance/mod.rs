@@ -30,6 +30,8 @@ crate::support::on_both_stores!(
     the_log_is_append_only,
     sixteen_tasks_race_on_one_stream,
     two_processes_race_on_one_stream,
+    a_batch_waiting_behind_another_is_judged_on_what_that_one_wrote,
+    batches_race_on_shared_streams,
     rate_tokens_reserved_at_once_are_spaced_by_the_rate,
     a_follower_lease_is_renewed_by_its_keeper_and_given_up,
     a_tail_sees_every_event_once_in_order_under_concurrent_writers,
