@@ -305,7 +305,7 @@ pub async fn a_batch_waiting_behind_another_is_judged_on_what_that_one_wrote(bac
             let mut tx = store.begin().await?;
             let results = tx
                 .append_each(&[
-                    append(&a2, expected.clone(), events(0, 1)),
+                    append(&a2, expected, events(0, 1)),
                     append(&b2, expected, events(0, 1)),
                 ])
                 .await?;
