@@ -14,6 +14,8 @@
 //!         --workers 2 --throughput-only
 //!     cargo bench --bench executor -- --only postgres --runs 5000 --steps sleep \
 //!         --workers 2 --throughput-only --projections   # the projections live beside
+//!     cargo bench --bench executor -- --only postgres --runs 5000 --steps sleep \
+//!         --workers 2 --throughput-only --batch 1024     # runs held per worker
 //!
 //! Postgres comes from AWL_BENCH_DATABASE_URL or DATABASE_URL (an admin URL; each
 //! measurement creates and drops its own database), default
@@ -114,6 +116,8 @@ struct Config {
     /// Keep the projections live in the first worker's process while measuring
     /// throughput, as `awl serve` with an in-process worker does.
     projections: bool,
+    /// Most runs each worker holds at once (`awl worker --batch`).
+    batch: usize,
 }
 
 fn config() -> Config {
@@ -126,6 +130,7 @@ fn config() -> Config {
         workers: vec![1, 2],
         throughput_only: false,
         projections: false,
+        batch: awl::executor::WorkerConfig::new("bench").batch,
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -145,6 +150,13 @@ fn config() -> Config {
             }
             "--throughput-only" => c.throughput_only = true,
             "--projections" => c.projections = true,
+            "--batch" => {
+                c.batch = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(c.batch)
+                    .max(1)
+            }
             _ => {}
         }
     }
@@ -278,6 +290,7 @@ async fn main() {
                     workers,
                     &body,
                     cfg.projections,
+                    cfg.batch,
                 )
                 .await;
                 let steps = (cfg.runs * 10) as f64;

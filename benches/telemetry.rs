@@ -38,6 +38,8 @@ mod support;
 /// Ten-step runs of a step performed off the decision path (a start commit and an
 /// outcome commit each, so each step is a span).
 const STEP: &str = "tool: sleep, inputs: {seconds: 0}";
+/// Runs each worker holds at once: `awl worker`'s default.
+const BATCH: usize = 512;
 
 /// One measurement in this process, with telemetry as `mode` says; prints a JSON line.
 async fn measure(mode: &str, runs: usize) {
@@ -64,7 +66,7 @@ async fn measure(mode: &str, runs: usize) {
         if std::env::var("AWL_BENCH_SKIP_THROUGHPUT").is_ok() {
             (f64::NAN, f64::NAN)
         } else {
-            let t = runs_support::measured("postgres", &admin, runs, 2, STEP, false).await;
+            let t = runs_support::measured("postgres", &admin, runs, 2, STEP, false, BATCH).await;
             // µs a step = ms per 1,000 steps.
             let cpu = t.cpu.map_or(f64::NAN, |c| c.this_us / (runs as f64 * 10.0));
             (t.rate, cpu)

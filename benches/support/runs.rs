@@ -60,8 +60,14 @@ pub async fn start_runs(store: &EventStore, registered: &Registered, n: usize) -
 }
 
 pub fn worker(store: &EventStore, owner: &str) -> Worker {
+    worker_holding(store, owner, WorkerConfig::new(owner).batch)
+}
+
+/// A worker that holds at most `batch` runs at once (`awl worker --batch`).
+pub fn worker_holding(store: &EventStore, owner: &str, batch: usize) -> Worker {
     let mut config = WorkerConfig::new(owner);
     config.poll = Duration::from_millis(20);
+    config.batch = batch;
     Worker::new(
         store.clone(),
         Runners::new(RunnersConfig::default()),
@@ -97,7 +103,8 @@ pub struct Throughput {
 /// `workers` workers, each with its own pool as separate processes would have, from
 /// the workers' start to the last run finished, with the CPU time spent meanwhile.
 /// With `projections`, the first worker's process also keeps the projections live,
-/// as an `awl serve` with an in-process worker does.
+/// as an `awl serve` with an in-process worker does. Each worker holds at most
+/// `batch` runs at once (`awl worker --batch`; [`WorkerConfig`]'s default is 512).
 pub async fn measured(
     kind: &str,
     admin_url: &str,
@@ -105,6 +112,7 @@ pub async fn measured(
     workers: usize,
     body: &str,
     projections: bool,
+    batch: usize,
 ) -> Throughput {
     let fresh = fresh(kind, admin_url).await;
     let dir = tempfile::tempdir().expect("dir");
@@ -132,7 +140,7 @@ pub async fn measured(
             following.push(tokio::spawn(async move { live.run(stop).await }));
         }
         handles.push(tokio::spawn(
-            worker(&store, &format!("bench-{w}")).run(stop_rx.clone()),
+            worker_holding(&store, &format!("bench-{w}"), batch).run(stop_rx.clone()),
         ));
     }
     while !all_finished(&fresh.store, &ids).await {
