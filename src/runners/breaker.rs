@@ -168,12 +168,8 @@ impl Breakers {
         let mut trial = None;
         {
             let mut states = self.lock();
-            let st = if states.is_empty() {
-                None
-            } else {
-                states.get_mut(key.as_str())
-            };
-            if let Some(st) = st
+            // An empty map answers a lookup without hashing the key.
+            if let Some(st) = states.get_mut(key.as_str())
                 && let Some(until) = st.open_until
             {
                 let now = self.clock.now();
@@ -212,7 +208,8 @@ impl Breakers {
         let trial = trial.is_some() && states.get(key).is_some_and(|st| st.trial == trial);
         match outcome {
             Outcome::Success => {
-                // Closed with no failures is the same as no entry.
+                // Closed with no failures is the same as no entry. (Unlike a
+                // lookup, `remove` hashes the key even when the map is empty.)
                 if !states.is_empty() {
                     states.remove(key);
                 }
