@@ -312,8 +312,11 @@ pub async fn a_batch_waiting_behind_another_is_judged_on_what_that_one_wrote(bac
             tx.commit().await?;
             Ok::<_, StoreError>(results)
         });
-        // Long enough for the second batch to read the versions and wait.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        second_batch_waits(&t, backend).await;
+        assert!(
+            !second.is_finished(),
+            "{case}: a batch cannot land while another holds the log's writer"
+        );
         first.commit().await.unwrap();
         let results = within(10, "the waiting batch", second)
             .await
@@ -438,6 +441,36 @@ pub async fn batches_race_on_shared_streams(backend: Backend) {
         assert_eq!(distinct.len(), BATCH_WRITERS * BATCHES, "no event twice");
     }
     assert_positions_dense(&t).await;
+}
+
+/// Until the second batch of the test above is waiting for the log's writer: on
+/// Postgres, a backend of this database waiting on the log's advisory lock (having
+/// read the versions it will be judged on, if it reads them first); on SQLite, where
+/// the writer's lock is not visible, long enough for it to have asked.
+async fn second_batch_waits(t: &TestStore, backend: Backend) {
+    if backend != Backend::Postgres {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        return;
+    }
+    within(10, "the second batch waiting for the log's lock", async {
+        loop {
+            let rows = t
+                .store
+                .query_rows(
+                    "SELECT count(*) AS waiting FROM pg_stat_activity \
+                     WHERE datname = current_database() \
+                       AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            if rows[0]["waiting"].as_i64().unwrap_or(0) > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
 }
 
 /// The whole log's positions run 1..n with no hole.
