@@ -36,6 +36,17 @@ SELECT count(*) FROM awl_append(
   array_fill('run.started'::text, ARRAY[5000]), array_fill(1, ARRAY[5000]),
   array_fill('{"workflow":"ten","version":"1.0.0","inputs":{}}'::jsonb, ARRAY[5000]),
   array_fill('{"actor":"awl"}'::jsonb, ARRAY[5000]), false);
+-- Some streams of other kinds, as a real log has before its first run (a workflow's
+-- definition at least): plans are made with the table they will read not empty.
+SELECT count(*) FROM awl_append(
+  array_fill('task'::text, ARRAY[100]),
+  (SELECT array_agg('t' || g ORDER BY g) FROM generate_series(1, 100) g),
+  (SELECT array_agg(g ORDER BY g) FROM generate_series(1, 100) g),
+  array_fill(NULL::bigint, ARRAY[100]), array_fill(1, ARRAY[100]),
+  (SELECT array_agg(g ORDER BY g) FROM generate_series(1, 100) g),
+  array_fill('task.queued'::text, ARRAY[100]), array_fill(1, ARRAY[100]),
+  array_fill('{"queue":"review"}'::jsonb, ARRAY[100]),
+  array_fill('{"actor":"awl"}'::jsonb, ARRAY[100]), false);
 SQL
 script=$(mktemp)
 trap 'rm -f "$script"' EXIT

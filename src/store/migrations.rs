@@ -94,6 +94,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "append generic plans",
         include_str!("../../migrations/postgres/0017_append_generic_plans.sql"),
     ),
+    (
+        18,
+        "append parts as constants",
+        include_str!("../../migrations/postgres/0018_append_parts_as_constants.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[

@@ -4,7 +4,9 @@
 -- two writers of large batches from 96-112 to 157-176 appends a second there, but the
 -- executor benchmark ran no faster with it on a two-core machine and Postgres spent a
 -- few µs more a step, so it was not made a migration. Kept for the machine where the
--- serial section is the bound (more cores, several worker processes).
+-- serial section is the bound (more cores, several worker processes). Its lookups
+-- name the parts as constants, as migration 0018's awl_append() does; over 0018 it
+-- took two writers from 128-131 to 184-202 appends a second (stop 59).
 --
 -- A batch's stream versions are read before the log's lock is taken, not under it.
 --
@@ -152,13 +154,18 @@ LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
-    SELECT coalesce(array_agg(l.v ORDER BY s.n), '{}'), coalesce(array_agg(l.p ORDER BY s.n), '{}')
+    SELECT coalesce(array_agg(coalesce(r.v, o.v) ORDER BY s.n), '{}'),
+           coalesce(array_agg(coalesce(r.p, o.p) ORDER BY s.n), '{}')
       INTO versions, parts
       FROM unnest(stream_types, stream_ids) WITH ORDINALITY AS s(t, i, n)
       LEFT JOIN LATERAL (SELECT e.version AS v, e.part AS p FROM events e
-                          WHERE e.stream_type = s.t AND e.stream_id = s.i
-                            AND e.part >= awl_part_floor(s.t) AND e.part < awl_part_ceiling(s.t)
-                          ORDER BY e.version DESC LIMIT 1) l ON TRUE;
+                          WHERE s.t = 'run' AND e.stream_type = 'run' AND e.stream_id = s.i
+                            AND e.part >= 1
+                          ORDER BY e.version DESC LIMIT 1) r ON TRUE
+      LEFT JOIN LATERAL (SELECT e.version AS v, e.part AS p FROM events e
+                          WHERE s.t <> 'run' AND e.stream_type = s.t AND e.stream_id = s.i
+                            AND e.part = 0
+                          ORDER BY e.version DESC LIMIT 1) o ON TRUE;
 END;
 $$;
 
@@ -205,10 +212,15 @@ BEGIN
         -- every append committed before the lock was granted.
         head := coalesce((SELECT e.position FROM events e ORDER BY e.position DESC LIMIT 1), 0);
         pos := head;
-        SELECT e.version, e.part INTO cur, cur_part FROM events e
-         WHERE e.stream_type = stream_types[1] AND e.stream_id = stream_ids[1]
-           AND e.part >= awl_part_floor(stream_types[1]) AND e.part < awl_part_ceiling(stream_types[1])
-         ORDER BY e.version DESC LIMIT 1;
+        IF stream_types[1] = 'run' THEN
+            SELECT e.version, e.part INTO cur, cur_part FROM events e
+             WHERE e.stream_type = 'run' AND e.stream_id = stream_ids[1] AND e.part >= 1
+             ORDER BY e.version DESC LIMIT 1;
+        ELSE
+            SELECT e.version, e.part INTO cur, cur_part FROM events e
+             WHERE e.stream_type = stream_types[1] AND e.stream_id = stream_ids[1] AND e.part = 0
+             ORDER BY e.version DESC LIMIT 1;
+        END IF;
         cur := coalesce(cur, 0);
         actual := cur;
         IF req_expected[1] IS NULL OR req_expected[1] = cur THEN
@@ -239,13 +251,18 @@ BEGIN
     IF array_length(req_counts, 1) < 64 AND pg_try_advisory_xact_lock(7023201090551113505) THEN
         -- A small batch that found the lock free (or this transaction's already:
         -- group commit takes it before it forms a batch): read under it.
-        SELECT coalesce(array_agg(l.v ORDER BY s.n), '{}'), coalesce(array_agg(l.p ORDER BY s.n), '{}')
+        SELECT coalesce(array_agg(coalesce(r.v, o.v) ORDER BY s.n), '{}'),
+               coalesce(array_agg(coalesce(r.p, o.p) ORDER BY s.n), '{}')
           INTO versions, parts
           FROM unnest(stream_types, stream_ids) WITH ORDINALITY AS s(t, i, n)
           LEFT JOIN LATERAL (SELECT e.version AS v, e.part AS p FROM events e
-                              WHERE e.stream_type = s.t AND e.stream_id = s.i
-                                AND e.part >= awl_part_floor(s.t) AND e.part < awl_part_ceiling(s.t)
-                              ORDER BY e.version DESC LIMIT 1) l ON TRUE;
+                              WHERE s.t = 'run' AND e.stream_type = 'run' AND e.stream_id = s.i
+                                AND e.part >= 1
+                              ORDER BY e.version DESC LIMIT 1) r ON TRUE
+          LEFT JOIN LATERAL (SELECT e.version AS v, e.part AS p FROM events e
+                              WHERE s.t <> 'run' AND e.stream_type = s.t AND e.stream_id = s.i
+                                AND e.part = 0
+                              ORDER BY e.version DESC LIMIT 1) o ON TRUE;
         head := coalesce((SELECT e.position FROM events e ORDER BY e.position DESC LIMIT 1), 0);
         RETURN QUERY
             SELECT * FROM awl_append_place(stream_types, stream_ids, req_streams, req_expected, req_counts,
@@ -262,10 +279,15 @@ BEGIN
     -- another period's partition: looked up again.
     FOR k IN 1 .. coalesce(array_length(versions, 1), 0) LOOP
         IF versions[k] IS NULL THEN
-            SELECT e.version, e.part INTO cur, cur_part FROM events e
-             WHERE e.stream_type = stream_types[k] AND e.stream_id = stream_ids[k]
-               AND e.part >= awl_part_floor(stream_types[k]) AND e.part < awl_part_ceiling(stream_types[k])
-             ORDER BY e.version DESC LIMIT 1;
+            IF stream_types[k] = 'run' THEN
+                SELECT e.version, e.part INTO cur, cur_part FROM events e
+                 WHERE e.stream_type = 'run' AND e.stream_id = stream_ids[k] AND e.part >= 1
+                 ORDER BY e.version DESC LIMIT 1;
+            ELSE
+                SELECT e.version, e.part INTO cur, cur_part FROM events e
+                 WHERE e.stream_type = stream_types[k] AND e.stream_id = stream_ids[k] AND e.part = 0
+                 ORDER BY e.version DESC LIMIT 1;
+            END IF;
             versions[k] := cur;
             parts[k] := cur_part;
         END IF;
