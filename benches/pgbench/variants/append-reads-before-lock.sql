@@ -251,18 +251,7 @@ BEGIN
     IF array_length(req_counts, 1) < 64 AND pg_try_advisory_xact_lock(7023201090551113505) THEN
         -- A small batch that found the lock free (or this transaction's already:
         -- group commit takes it before it forms a batch): read under it.
-        SELECT coalesce(array_agg(coalesce(r.v, o.v) ORDER BY s.n), '{}'),
-               coalesce(array_agg(coalesce(r.p, o.p) ORDER BY s.n), '{}')
-          INTO versions, parts
-          FROM unnest(stream_types, stream_ids) WITH ORDINALITY AS s(t, i, n)
-          LEFT JOIN LATERAL (SELECT e.version AS v, e.part AS p FROM events e
-                              WHERE s.t = 'run' AND e.stream_type = 'run' AND e.stream_id = s.i
-                                AND e.part >= 1
-                              ORDER BY e.version DESC LIMIT 1) r ON TRUE
-          LEFT JOIN LATERAL (SELECT e.version AS v, e.part AS p FROM events e
-                              WHERE s.t <> 'run' AND e.stream_type = s.t AND e.stream_id = s.i
-                                AND e.part = 0
-                              ORDER BY e.version DESC LIMIT 1) o ON TRUE;
+        SELECT h.versions, h.parts INTO versions, parts FROM awl_stream_heads(stream_types, stream_ids) h;
         head := coalesce((SELECT e.position FROM events e ORDER BY e.position DESC LIMIT 1), 0);
         RETURN QUERY
             SELECT * FROM awl_append_place(stream_types, stream_ids, req_streams, req_expected, req_counts,
