@@ -8,7 +8,6 @@
 //! callers); a [`super::StoreTx`] runs it inside the caller's transaction. Readers
 //! wake on `LISTEN awl_events`.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -16,9 +15,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Row};
 
-use crate::log::{
-    AppendRequest, Appended, EventFilter, ExpectedVersion, Metadata, StreamRef, StreamType,
-};
+use crate::log::{AppendRequest, Appended, EventFilter, ExpectedVersion, Metadata, StreamRef};
 
 use super::decode::{RawEvent, RawJson, RawMetadata};
 use super::plan::{self, Atomicity, Recorded};
@@ -195,14 +192,27 @@ impl PgBackend {
         // event of the kind, and a plan made while the table was small (a fresh
         // database; the plan is cached with the prepared statement) kept doing so
         // as the log grew: 10 ms per board command after a few thousand tasks
-        // (auto_explain), and board lifecycles fell as servers were added.
+        // (auto_explain), and board lifecycles fell as servers were added. The parts
+        // are given as `awl_part_floor($1)`, not as constants chosen by kind: so
+        // given, Postgres prunes them when it plans with the call's values and makes
+        // that plan on every call, fitted to the table as it is. A generic plan
+        // (the parts as constants) saved 0.03-0.05 ms a one-stream read, measured,
+        // but one made while the table was small is kept by the connection as the
+        // table grows (BENCHMARKS.md, "Parts as constants").
         if let [id] = ids {
-            let sql = if kind == StreamType::Run {
-                &*READ_ONE_RUN
-            } else {
-                &*READ_ONE_OTHER
-            };
-            return sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+            let sql = const_format(
+                "SELECT {COLUMNS} FROM events \
+                  WHERE stream_type = $1 AND stream_id = $2 \
+                    AND part >= awl_part_floor($1) AND part < awl_part_ceiling($1) \
+                    AND version >= COALESCE((SELECT max(c.version) FROM events c \
+                          WHERE c.stream_type = $1 AND c.stream_id = $2 \
+                            AND c.part >= awl_part_floor($1) AND c.part < awl_part_ceiling($1) \
+                            AND c.event_type = '{CONTINUED}'), 0) \
+                  ORDER BY version",
+            )
+            // A constant of awl's, not a value from outside (and holds no quote).
+            .replace("{CONTINUED}", crate::log::CONTINUED_EVENT_TYPE);
+            return sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(kind.as_str())
                 .bind(id)
                 .fetch_all(&self.pool)
@@ -223,12 +233,21 @@ impl PgBackend {
         // sorting the rows by stream took Postgres longer than reading them (97 to
         // 27 ms for 1,250 runs of 20 events); `EventStore::read_streams` orders
         // each stream's events.
-        let sql = if kind == StreamType::Run {
-            &*READ_MANY_RUNS
-        } else {
-            &*READ_MANY_OTHERS
-        };
-        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+        let sql = const_format(
+            "SELECT {COLUMNS} FROM (SELECT DISTINCT unnest($2::text[]) AS id) AS s \
+             CROSS JOIN LATERAL ( \
+               SELECT {COLUMNS} FROM events e \
+                WHERE e.stream_type = $1 AND e.stream_id = s.id \
+                  AND e.part >= awl_part_floor($1) AND e.part < awl_part_ceiling($1) \
+                  AND e.version >= COALESCE((SELECT max(c.version) FROM events c \
+                        WHERE c.stream_type = $1 AND c.stream_id = s.id \
+                          AND c.part >= awl_part_floor($1) AND c.part < awl_part_ceiling($1) \
+                          AND c.event_type = '{CONTINUED}'), 0) \
+                OFFSET 0) AS e",
+        )
+        // A constant of awl's, not a value from outside (and holds no quote).
+        .replace("{CONTINUED}", crate::log::CONTINUED_EVENT_TYPE);
+        sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(kind.as_str())
             .bind(ids)
             .fetch_all(&self.pool)
@@ -274,13 +293,10 @@ impl PgBackend {
         kind: crate::log::StreamType,
         ids: &[String],
     ) -> Result<Vec<String>, StoreError> {
-        sqlx::query_scalar::<_, String>(if kind == StreamType::Run {
+        sqlx::query_scalar::<_, String>(
             "SELECT stream_id FROM events WHERE stream_type = $1 AND stream_id = ANY($2) \
-                   AND version = 1 AND part >= 1"
-        } else {
-            "SELECT stream_id FROM events WHERE stream_type = $1 AND stream_id = ANY($2) \
-                   AND version = 1 AND part = 0"
-        })
+               AND version = 1 AND part >= awl_part_floor($1) AND part < awl_part_ceiling($1)",
+        )
         .bind(kind.as_str())
         .bind(ids)
         .fetch_all(&self.pool)
@@ -540,51 +556,6 @@ impl PgBackend {
 
 fn const_format(template: &str) -> String {
     template.replace("{COLUMNS}", COLUMNS)
-}
-
-/// The parts a stream can be in, as constants (migration 0018 says why): a run's
-/// are the run partitions', any other stream's is events_streams'. Postgres prunes
-/// the rest when it plans, so one generic plan serves every call; with the range
-/// given as `awl_part_floor($1)`, a plan made for the call's values looked cheaper
-/// and was made again on every call.
-const RUN_PARTS: &str = "part >= 1";
-const OTHER_PARTS: &str = "part = 0";
-
-/// One stream's current events (see `read_streams`), for runs and for the rest.
-static READ_ONE_RUN: LazyLock<String> = LazyLock::new(|| read_one(RUN_PARTS));
-static READ_ONE_OTHER: LazyLock<String> = LazyLock::new(|| read_one(OTHER_PARTS));
-/// Many streams' current events (see `read_streams`), for runs and for the rest.
-static READ_MANY_RUNS: LazyLock<String> = LazyLock::new(|| read_many(RUN_PARTS));
-static READ_MANY_OTHERS: LazyLock<String> = LazyLock::new(|| read_many(OTHER_PARTS));
-
-fn read_one(parts: &str) -> String {
-    const_format(
-        "SELECT {COLUMNS} FROM events \
-          WHERE stream_type = $1 AND stream_id = $2 AND {PARTS} \
-            AND version >= COALESCE((SELECT max(c.version) FROM events c \
-                  WHERE c.stream_type = $1 AND c.stream_id = $2 AND c.{PARTS} \
-                    AND c.event_type = '{CONTINUED}'), 0) \
-          ORDER BY version",
-    )
-    .replace("{PARTS}", parts)
-    // A constant of awl's, not a value from outside (and holds no quote).
-    .replace("{CONTINUED}", crate::log::CONTINUED_EVENT_TYPE)
-}
-
-fn read_many(parts: &str) -> String {
-    const_format(
-        "SELECT {COLUMNS} FROM (SELECT DISTINCT unnest($2::text[]) AS id) AS s \
-         CROSS JOIN LATERAL ( \
-           SELECT {COLUMNS} FROM events e \
-            WHERE e.stream_type = $1 AND e.stream_id = s.id AND e.{PARTS} \
-              AND e.version >= COALESCE((SELECT max(c.version) FROM events c \
-                    WHERE c.stream_type = $1 AND c.stream_id = s.id AND c.{PARTS} \
-                      AND c.event_type = '{CONTINUED}'), 0) \
-            OFFSET 0) AS e",
-    )
-    .replace("{PARTS}", parts)
-    // A constant of awl's, not a value from outside (and holds no quote).
-    .replace("{CONTINUED}", crate::log::CONTINUED_EVENT_TYPE)
 }
 
 /// The body of every Postgres append: one call of `awl_append()` (see the migration),

@@ -520,7 +520,92 @@ pub async fn many_stream_appends_find_each_version_call_after_call(backend: Back
         assert_eq!(rows.len(), 1);
         assert_eq!(
             rows[0]["config"].as_str(),
-            Some("plan_cache_mode=force_generic_plan")
+            Some("plan_cache_mode=force_generic_plan,enable_seqscan=off")
         );
     }
+}
+
+/// Postgres plans `awl_append()`'s statements once per connection and keeps the plan
+/// (migration 0017). A plan made while the log's partitions were one page small (a
+/// new database, statistics from an early autovacuum) must still probe the streams'
+/// index once they have grown, not scan them for every stream (0018). Counted by
+/// Postgres's own statistics of sequential scans on the hot partitions. SQLite keeps
+/// no plan made from statistics: nothing to check there.
+pub async fn an_append_planned_on_a_small_log_probes_the_index_once_it_grows(backend: Backend) {
+    use sqlx::Connection;
+    if backend != Backend::Postgres {
+        return;
+    }
+    let t = TestStore::new(backend).await;
+    let awl::store::StoreLocation::Postgres(url) = &t.location else {
+        panic!("a Postgres test store")
+    };
+    let connect = || async { sqlx::PgConnection::connect(url).await.unwrap() };
+    // One stream of each kind (the run makes its period's partition), and statistics
+    // that say so.
+    let mut planned = connect().await;
+    append_sql(&mut planned, &[("task", "a"), ("run", "b")]).await;
+    sqlx::raw_sql("VACUUM ANALYZE events")
+        .execute(&mut planned)
+        .await
+        .unwrap();
+    // This connection plans its appends now, on one-page partitions.
+    append_sql(&mut planned, &[("task", "a")]).await;
+    append_sql(&mut planned, &[("task", "a"), ("run", "b")]).await;
+    // The log grows, through another connection.
+    let many: Vec<(&str, String)> = (0..6000)
+        .map(|i| (if i % 2 == 0 { "task" } else { "run" }, format!("g-{i}")))
+        .collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(k, id)| (*k, id.as_str())).collect();
+    append_sql(&mut connect().await, &many).await;
+    let before = hot_seq_scans(&mut planned).await;
+    append_sql(&mut planned, &[("task", "a")]).await;
+    append_sql(&mut planned, &[("task", "a"), ("run", "b")]).await;
+    assert_eq!(
+        hot_seq_scans(&mut planned).await,
+        before,
+        "the appends planned on a small log scanned its partitions"
+    );
+}
+
+/// One `awl_append()` call on `conn`, one event for each `(kind, id)` stream, at any
+/// version.
+async fn append_sql(conn: &mut sqlx::PgConnection, streams: &[(&str, &str)]) {
+    let n = streams.len();
+    let kinds: Vec<&str> = streams.iter().map(|(k, _)| *k).collect();
+    let ids: Vec<&str> = streams.iter().map(|(_, id)| *id).collect();
+    let index: Vec<i32> = (1..=n as i32).collect();
+    sqlx::query(
+        "SELECT count(*) FROM awl_append($1, $2, $3, array_fill(NULL::bigint, ARRAY[$4]), \
+           array_fill(1, ARRAY[$4]), $3, array_fill('x.happened'::text, ARRAY[$4]), \
+           array_fill(1, ARRAY[$4]), array_fill('{}'::jsonb, ARRAY[$4]), \
+           array_fill('{}'::jsonb, ARRAY[$4]), true)",
+    )
+    .bind(&kinds)
+    .bind(&ids)
+    .bind(&index)
+    .bind(n as i32)
+    .execute(conn)
+    .await
+    .unwrap();
+}
+
+/// Sequential scans of the hot log's partitions so far, as Postgres counts them (this
+/// session's counts flushed first).
+async fn hot_seq_scans(conn: &mut sqlx::PgConnection) -> i64 {
+    sqlx::raw_sql("SELECT pg_stat_force_next_flush()")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql("SELECT pg_stat_clear_snapshot()")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(seq_scan), 0)::int8 FROM pg_stat_user_tables \
+          WHERE relname = 'events_streams' OR relname LIKE 'events\\_runs\\_%'",
+    )
+    .fetch_one(conn)
+    .await
+    .unwrap()
 }
