@@ -197,8 +197,9 @@ impl PgBackend {
         // given, Postgres prunes them when it plans with the call's values and makes
         // that plan on every call, fitted to the table as it is. A generic plan
         // (the parts as constants) saved 0.03-0.05 ms a one-stream read, measured,
-        // but one made while the table was small is kept by the connection as the
-        // table grows (BENCHMARKS.md, "Parts as constants").
+        // but one made while the table was small is kept by the connection while
+        // the table grows, until its next analyze (BENCHMARKS.md, "Parts as
+        // constants").
         if let [id] = ids {
             let sql = const_format(
                 "SELECT {COLUMNS} FROM events \

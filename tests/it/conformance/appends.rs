@@ -526,9 +526,10 @@ pub async fn many_stream_appends_find_each_version_call_after_call(backend: Back
 }
 
 /// Postgres plans `awl_append()`'s statements once per connection and keeps the plan
-/// (migration 0017). A plan made while the log's partitions were one page small (a
-/// new database, statistics from an early autovacuum) must still probe the streams'
-/// index once they have grown, not scan them for every stream (0018). Counted by
+/// (migration 0017) until the log is analyzed again. A plan made while the log's
+/// partitions were one page small (a new database, statistics from an early
+/// autovacuum) must still probe the streams' index after a burst of growth, not scan
+/// them for every stream (0018). Counted by
 /// Postgres's own statistics of sequential scans on the hot partitions. SQLite keeps
 /// no plan made from statistics: nothing to check there.
 pub async fn an_append_planned_on_a_small_log_probes_the_index_once_it_grows(backend: Backend) {
