@@ -529,15 +529,13 @@ pub async fn many_stream_appends_find_each_version_call_after_call(backend: Back
 /// (migration 0017) until the log is analyzed again. A plan made while the log's
 /// partitions were one page small (a new database, statistics from an early
 /// autovacuum) must still probe the streams' index after a burst of growth, not scan
-/// them for every stream (0018). Counted by
-/// Postgres's own statistics of sequential scans on the hot partitions. SQLite keeps
-/// no plan made from statistics: nothing to check there.
-pub async fn an_append_planned_on_a_small_log_probes_the_index_once_it_grows(backend: Backend) {
+/// them for every stream (0018). Counted by Postgres's own statistics of sequential
+/// scans on the hot partitions (`pg_stat_force_next_flush`: Postgres 15 or later).
+/// Postgres only: SQLite makes no plan from statistics to keep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_append_planned_on_a_small_log_probes_the_index_once_it_grows() {
     use sqlx::Connection;
-    if backend != Backend::Postgres {
-        return;
-    }
-    let t = TestStore::new(backend).await;
+    let t = TestStore::new(Backend::Postgres).await;
     let awl::store::StoreLocation::Postgres(url) = &t.location else {
         panic!("a Postgres test store")
     };

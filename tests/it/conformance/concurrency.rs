@@ -267,8 +267,9 @@ pub async fn a_follower_lease_is_renewed_by_its_keeper_and_given_up(backend: Bac
 /// A batch that waits for the log's writer behind another batch on the same streams
 /// is judged on the versions that batch left, whatever it read while it waited: an
 /// expected version the other batch moved on is a conflict that reports the version
-/// as it now is, and a batch expecting any version lands after it. (On Postgres the
-/// versions are read before the log's lock is taken and checked under it.)
+/// as it now is, and a batch expecting any version lands after it. (awl reads the
+/// versions under the log's lock; a store that read them before it, as the variant in
+/// benches/pgbench/variants/ does, must check them under it to pass.)
 pub async fn a_batch_waiting_behind_another_is_judged_on_what_that_one_wrote(backend: Backend) {
     let t = TestStore::new(backend).await;
     let a = stream(StreamType::Run, "a");

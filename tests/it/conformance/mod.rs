@@ -1,6 +1,7 @@
 //! The store contract. Every test here is an `async fn(Backend)`, run once on
 //! Postgres and once on SQLite (`on_both_stores!`), so both stores are held to exactly
-//! the same behaviour.
+//! the same behaviour. A check of how Postgres runs the store's SQL, which SQLite has
+//! no counterpart of, is a plain test beside the contract it guards.
 
 mod aggregates;
 mod appends;
@@ -26,7 +27,6 @@ crate::support::on_both_stores!(
     invalid_appends_are_refused_before_the_database,
     transactions_append_many_streams_all_or_nothing,
     many_stream_appends_find_each_version_call_after_call,
-    an_append_planned_on_a_small_log_probes_the_index_once_it_grows,
     pages_and_filters_the_whole_log,
     the_log_is_append_only,
     sixteen_tasks_race_on_one_stream,
